@@ -1,0 +1,73 @@
+"""Kubernetes resource quantities as integers in milli-units.
+
+Every resource (cpu, memory, pods, extended resources) is kept in milli-units so one
+int64 matrix holds them all without float rounding, as kube-scheduler's MilliValue does.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$")
+
+
+class QuantityError(ValueError):
+    """A string that is not a Kubernetes quantity."""
+
+
+def parse_milli(value: str | int | float) -> int:
+    """Parse a quantity ("500m", "16Gi", "1e3", 8) into milli-units, rounding up.
+
+    Rounding up matches Kubernetes: a request of 0.1m cpu still takes 1m.
+    """
+    if isinstance(value, bool):
+        raise QuantityError(f"invalid quantity {value!r}")
+    if isinstance(value, int):
+        return value * 1000
+    if isinstance(value, float):
+        return int((Decimal(str(value)) * 1000).to_integral_value(ROUND_CEILING))
+    text = value.strip()
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise QuantityError(f"invalid quantity {value!r}")
+    number, exponent, suffix = match.groups()
+    try:
+        amount = Decimal(number)
+        if exponent:
+            amount *= Decimal(10) ** int(exponent[1:])
+        elif suffix in _BINARY:
+            amount *= _BINARY[suffix]
+        else:
+            amount *= _DECIMAL[suffix or ""]
+    except (InvalidOperation, OverflowError) as exc:
+        raise QuantityError(f"invalid quantity {value!r}") from exc
+    if amount < 0:
+        raise QuantityError(f"negative quantity {value!r}")
+    milli = (amount * 1000).to_integral_value(ROUND_CEILING)
+    if milli > 2**62:
+        raise QuantityError(f"quantity {value!r} is too large")
+    return int(milli)
+
+
+def format_milli(resource: str, milli: int) -> str:
+    """Render milli-units the way a person reads them: cpu in cores, memory in Gi."""
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
+        gib = milli / 1000 / 2**30
+        return f"{gib:.3g}Gi" if gib >= 1 else f"{milli / 1000 / 2**20:.3g}Mi"
+    if milli % 1000 == 0:
+        return str(milli // 1000)
+    return f"{milli}m"
