@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -33,7 +33,7 @@ class ModelError(ValueError):
     """An object that cannot be understood; the message names the field and is shown to users."""
 
 
-class TopologyMode(str, Enum):
+class TopologyMode(StrEnum):
     REQUIRED = "Required"
     PREFERRED = "Preferred"
 
@@ -352,12 +352,9 @@ def _requirements(items: Any, where: str) -> tuple[SelectorRequirement, ...]:
 def _placement(spec: Mapping[str, Any]) -> Placement:
     node_selector = tuple(sorted(_str_map(spec.get("nodeSelector"), "spec.nodeSelector").items()))
     affinity: tuple[SelectorTerm, ...] | None = None
-    required = (
-        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        )
-        or None
-    )
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or None
     if required is not None:
         terms = required.get("nodeSelectorTerms") or []
         parsed = []
@@ -490,7 +487,10 @@ def placement_signature(placement: Placement) -> str:
             None
             if placement.affinity is None
             else [
-                [[(r.key, r.operator, r.values) for r in t.expressions], [(r.key, r.operator, r.values) for r in t.fields]]
+                [
+                    [(r.key, r.operator, r.values) for r in t.expressions],
+                    [(r.key, r.operator, r.values) for r in t.fields],
+                ]
                 for t in placement.affinity
             ],
             [(t.key, t.operator, t.value, t.effect) for t in placement.tolerations],
@@ -526,6 +526,8 @@ class GroupRequest:
     created: str = ""
     # Seconds this group has waited unschedulable: drives the anti-starvation reservation.
     waiting_seconds: float = 0.0
+    # False for a gangsched pod without a PodGroup label: a group of one named after the pod.
+    is_pod_group: bool = True
 
     @property
     def key(self) -> tuple[str, str]:
