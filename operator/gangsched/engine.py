@@ -28,6 +28,7 @@ from gangsched.model import (
     DEFAULT_SCHEDULER_NAME,
     GroupRequest,
     Node,
+    Placement,
     Pod,
     PodGroup,
     TopologyMode,
@@ -147,33 +148,34 @@ class _GroupPlacer:
             missing |= codes < 0
         self.missing_label = missing
         self.blocked = blocked
-        shapes: dict[tuple[bytes, int], _Class] = {}
+        # Identical pods (same requests, same placement rules) form one class.
+        by_shape: dict[tuple[tuple[tuple[str, int], ...], Placement], list[Pod]] = {}
         for pod in group.pending:
-            request = snapshot.vector(pod.requests)
-            elig = snapshot.eligibility(pod.placement)
-            shape = (request.tobytes(), id(elig))
-            cls = shapes.get(shape)
-            if cls is None:
-                mask = elig.mask & ~missing
-                if blocked is not None:
-                    mask = mask & ~blocked
-                cls = _Class(request=request, eligibility=elig, pods=[], mask=mask)
-                shapes[shape] = cls
-            cls.pods.append(pod)
+            by_shape.setdefault((tuple(sorted(pod.requests.items())), pod.placement), []).append(pod)
+        shapes: list[_Class] = []
+        for (requests, placement), members in by_shape.items():
+            elig = snapshot.eligibility(placement)
+            mask = elig.mask & ~missing
+            if blocked is not None:
+                mask = mask & ~blocked
+            shapes.append(
+                _Class(request=snapshot.vector(dict(requests)), eligibility=elig, pods=members, mask=mask)
+            )
         self.free = snapshot.free  # after vector() may have added columns
         width = self.free.shape[1]
         scale = np.maximum(snapshot.allocatable.max(axis=0) if n else np.ones(width), 1)
-        for cls in shapes.values():
+        for cls in shapes:
             req = np.zeros(width, dtype=np.int64)
             req[: cls.request.shape[0]] = cls.request
             cls.request = req
             cls.size = float((req / scale).max()) if width else 0.0
         # Largest shape first: classic first-fit-decreasing, so small pods fill the gaps.
-        self.classes = sorted(shapes.values(), key=lambda c: (-c.size, -len(c.pods)))
+        self.classes = sorted(shapes, key=lambda c: (-c.size, -len(c.pods)))
         self.caps = [fit_counts(self.free, c.request, c.mask) for c in self.classes]
         self.counts = [len(c.pods) for c in self.classes]
         # The class with the most pods: its capacity measures how tightly a domain fits.
         self.main = max(range(len(self.classes)), key=lambda k: self.counts[k]) if self.classes else 0
+        self.fewest = np.zeros(0, dtype=np.int64)
         self.bound_nodes = [snapshot.index[p.node_name] for p in bound_alive if p.node_name in snapshot.index]
         self.attempts = 0
 
@@ -216,9 +218,16 @@ class _GroupPlacer:
             attempt.domain = domain
             if attempt.placed >= max(self.need, 1) and (best is None or self._better(attempt, best)):
                 best = attempt
-                if attempt.placed == self.total and all(s <= 1 for s in attempt.spread[:-1]):
+                # Candidates come best-first; stop once one meets its own lower bound.
+                if attempt.placed == self.total and self._optimal_spread(attempt, domain):
                     break
         return best
+
+    def _optimal_spread(self, attempt: _Attempt, domain: int) -> bool:
+        if not self.preferred_depths:
+            return True
+        lower = int(self.fewest[domain]) if domain >= 0 and self.fewest.size else 1
+        return attempt.spread[0] <= max(lower, 1) and all(s <= 1 for s in attempt.spread[1:-1])
 
     def _better(self, a: _Attempt, b: _Attempt) -> bool:
         if a.placed != b.placed:
@@ -244,23 +253,20 @@ class _GroupPlacer:
         if viable.size == 0:
             return []
         fits_all = bound[viable] >= self.total
-        single = np.zeros(viable.size, dtype=bool)
+        fewest = np.zeros(size, dtype=np.int64)
         if self.preferred_depths:
-            # Does one child at the first Preferred level hold the whole group?
-            child_keys = self.levels[: self.preferred_depths[0] + 1]
-            child_ids_all, _ = self.snap.domains(child_keys)
+            # How few children at the first Preferred level could hold the whole group?
+            child_ids_all, _ = self.snap.domains(self.levels[: self.preferred_depths[0] + 1])
             child_ids = child_ids_all[nodes_all]
             ok = child_ids >= 0
             csize = int(child_ids_all.max()) + 1 if child_ids_all.size else 0
             child_bound, _ = self._upper_bound(child_ids[ok], nodes_all[ok], csize)
-            parent_best = np.zeros(size, dtype=np.int64)
             parents = np.full(csize, -1, dtype=np.int64)
             parents[child_ids[ok]] = ids[ok]
-            has = parents >= 0
-            np.maximum.at(parent_best, parents[has], child_bound[has])
-            single = parent_best[viable] >= self.total
-        # Rank: whole group fits, one preferred child fits it, then the tightest (least spare).
-        order = np.lexsort((viable, raw[viable], ~single, ~fits_all))
+            fewest = _fewest_children(parents, child_bound, self.total, size)
+        self.fewest = fewest
+        # Rank: whole group fits, fewest Preferred children needed, then the tightest (least spare).
+        order = np.lexsort((viable, raw[viable], fewest[viable], ~fits_all))
         chosen = viable[order][:CANDIDATES_PER_LEVEL]
         return [(int(d), nodes_all[ids == d]) for d in chosen]
 
@@ -565,6 +571,26 @@ class _GroupPlacer:
             if ratio < worst_ratio:
                 worst, worst_ratio = int(col), ratio
         return self.snap.resource_name(worst)
+
+
+def _fewest_children(parents: IntArray, child_bound: IntArray, total: int, size: int) -> IntArray:
+    """Per parent domain: the fewest children whose capacities add up to `total` (a big number
+    when all of them together fall short). Vectorised: a segmented sort and cumulative sum."""
+    valid = np.flatnonzero(parents >= 0)
+    out = np.full(size, 1 << 30, dtype=np.int64)
+    if valid.size == 0:
+        return out
+    order = valid[np.lexsort((-child_bound[valid], parents[valid]))]
+    par = parents[order]
+    cap = child_bound[order]
+    cum = np.cumsum(cap)
+    starts = np.flatnonzero(np.concatenate(([True], par[1:] != par[:-1])))
+    seg_base = np.repeat(cum[starts] - cap[starts], np.diff(np.append(starts, par.size)))
+    before = cum - cap - seg_base  # capacity of the larger siblings taken before this child
+    needed = np.bincount(par[before < total], minlength=size)[:size]
+    totals = np.bincount(par, weights=cap, minlength=size)[:size]
+    out[totals >= total] = needed[totals >= total]
+    return out
 
 
 # =========================================================================== the queue

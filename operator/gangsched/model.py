@@ -7,7 +7,6 @@ dataclasses this module produces.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -110,8 +109,12 @@ def parse_pod_group_spec(spec: Mapping[str, Any]) -> PodGroupSpec:
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"] if p not in ("function-after",))
-            problems.append(f"spec.{where}: {err['msg']}" if where else f"spec: {err['msg']}")
+            where = "spec"
+            for part in err["loc"]:
+                if part != "function-after":
+                    where += f"[{part}]" if isinstance(part, int) else f".{part}"
+            message = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{where}: {message}")
         raise ModelError("; ".join(problems)) from None
 
 
@@ -393,6 +396,8 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: Mapping[str, int] | None = 
         raise ModelError("spec must be an object")
     labels = _str_map(meta.get("labels"), "metadata.labels")
     priority = spec.get("priority")
+    if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
+        raise ModelError(f"spec.priority: must be an integer, not {priority!r}")
     if priority is None and priorities is not None:
         priority = priorities.get(str(spec.get("priorityClassName") or ""), 0)
     return Pod(
@@ -476,26 +481,6 @@ def parse_pod_group(obj: Mapping[str, Any], *, priorities: Mapping[str, int] | N
         uid=str(meta.get("uid") or ""),
         generation=int(meta.get("generation") or 0),
         resource_version=str(meta.get("resourceVersion") or ""),
-    )
-
-
-def placement_signature(placement: Placement) -> str:
-    """A stable string for caching eligibility masks of identical pods."""
-    return json.dumps(
-        [
-            placement.node_selector,
-            None
-            if placement.affinity is None
-            else [
-                [
-                    [(r.key, r.operator, r.values) for r in t.expressions],
-                    [(r.key, r.operator, r.values) for r in t.fields],
-                ]
-                for t in placement.affinity
-            ],
-            [(t.key, t.operator, t.value, t.effect) for t in placement.tolerations],
-        ],
-        separators=(",", ":"),
     )
 
 

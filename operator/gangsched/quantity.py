@@ -7,7 +7,7 @@ int64 matrix holds them all without float rounding, as kube-scheduler's MilliVal
 from __future__ import annotations
 
 import re
-from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal, DecimalException
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -29,35 +29,38 @@ class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
 
 
-def parse_milli(value: str | int | float) -> int:
+def parse_milli(value: object) -> int:
     """Parse a quantity ("500m", "16Gi", "1e3", 8) into milli-units, rounding up.
 
-    Rounding up matches Kubernetes: a request of 0.1m cpu still takes 1m.
+    Rounding up matches Kubernetes: a request of 0.1m cpu still takes 1m. Anything else
+    (negative, NaN, too large for int64 milli-units, not a string or number) is a QuantityError.
     """
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise QuantityError(f"invalid quantity {value!r}")
-    if isinstance(value, int):
-        return value * 1000
-    if isinstance(value, float):
-        return int((Decimal(str(value)) * 1000).to_integral_value(ROUND_CEILING))
-    text = value.strip()
-    match = _QUANTITY.match(text)
-    if match is None:
-        raise QuantityError(f"invalid quantity {value!r}")
-    number, exponent, suffix = match.groups()
     try:
-        amount = Decimal(number)
-        if exponent:
-            amount *= Decimal(10) ** int(exponent[1:])
-        elif suffix in _BINARY:
-            amount *= _BINARY[suffix]
+        if isinstance(value, int):
+            amount = Decimal(value)
+        elif isinstance(value, float):
+            amount = Decimal(str(value))
         else:
-            amount *= _DECIMAL[suffix or ""]
-    except (InvalidOperation, OverflowError) as exc:
-        raise QuantityError(f"invalid quantity {value!r}") from exc
-    if amount < 0:
-        raise QuantityError(f"negative quantity {value!r}")
-    milli = (amount * 1000).to_integral_value(ROUND_CEILING)
+            match = _QUANTITY.match(value.strip())
+            if match is None:
+                raise QuantityError(f"invalid quantity {value!r}")
+            number, exponent, suffix = match.groups()
+            amount = Decimal(number)
+            if exponent:
+                amount *= Decimal(10) ** int(exponent[1:])
+            elif suffix in _BINARY:
+                amount *= _BINARY[suffix]
+            else:
+                amount *= _DECIMAL[suffix or ""]
+        if not amount.is_finite():
+            raise QuantityError(f"invalid quantity {value!r}")
+        if amount < 0:
+            raise QuantityError(f"negative quantity {value!r}")
+        milli = (amount * 1000).to_integral_value(ROUND_CEILING)
+    except (DecimalException, OverflowError):  # e.g. an exponent beyond Decimal's range
+        raise QuantityError(f"invalid quantity {value!r}") from None
     if milli > 2**62:
         raise QuantityError(f"quantity {value!r} is too large")
     return int(milli)

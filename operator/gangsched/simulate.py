@@ -29,10 +29,8 @@ from gangsched.model import (
     parse_priority_class,
 )
 
-try:  # the C loader is ~10x faster on big inputs; fall back when libyaml is absent
-    _YamlLoader: type[yaml.SafeLoader] = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover
-    _YamlLoader = yaml.SafeLoader
+# The C loader is ~10x faster on big inputs; fall back when libyaml is absent.
+_YamlLoader: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -64,14 +62,18 @@ def _documents(path: Path) -> Iterator[tuple[int, Any]]:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
+    index = 0
     try:
         if path.suffix == ".json":
             yield 0, json.loads(text)
-        else:
-            yield from enumerate(yaml.load_all(text, Loader=_YamlLoader))
+            return
+        for doc in yaml.load_all(text, Loader=_YamlLoader):
+            yield index, doc
+            index += 1
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        detail = str(exc).replace("\n", " ")
-        raise InputError(f"{path}: not valid {path.suffix[1:].upper()}: {detail}") from None
+        detail = " ".join(str(exc).split())
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise InputError(f"{path} (document {index}): not valid {kind}: {detail}") from None
 
 
 def _objects(doc: Any) -> Iterator[Mapping[str, Any]]:
@@ -87,6 +89,12 @@ def _objects(doc: Any) -> Iterator[Mapping[str, Any]]:
             yield from _objects(item)
         return
     yield doc
+
+
+def _name_of(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return str(name) if name else "?"
 
 
 def load(paths: Sequence[Path]) -> Inputs:
@@ -106,14 +114,16 @@ def load(paths: Sequence[Path]) -> Inputs:
                         priorities[pc.name] = pc.value
                         if pc.global_default:
                             default_priority = pc.value
-                    elif kind in ("Node", "Pod"):
-                        raw.append((where, obj))
-                    elif kind == "PodGroup" and str(obj.get("apiVersion", "")).startswith(GROUP + "/"):
+                    elif kind in ("Node", "Pod") or (
+                        kind == "PodGroup" and str(obj.get("apiVersion", "")).startswith(GROUP + "/")
+                    ):
                         raw.append((where, obj))
                     else:
                         inputs.skipped[f"{obj.get('apiVersion', '?')}/{kind}"] += 1
             except ModelError as exc:
                 raise InputError(f"{where}: {exc}") from None
+            except (TypeError, AttributeError, ValueError) as exc:  # a shape the parsers did not foresee
+                raise InputError(f"{where}: malformed object: {exc}") from None
     resolved = dict(priorities)
     resolved[""] = default_priority
     for where, obj in raw:
@@ -126,11 +136,12 @@ def load(paths: Sequence[Path]) -> Inputs:
             else:
                 group = parse_pod_group(obj, priorities=priorities)
                 if group.spec_error is not None:
-                    raise ModelError(f"PodGroup {group.namespace}/{group.name}: {group.spec_error}")
+                    raise ModelError(group.spec_error)
                 inputs.pod_groups.append(group)
         except ModelError as exc:
-            name = (obj.get("metadata") or {}).get("name", "?")
-            raise InputError(f"{where}: {kind} {name}: {exc}") from None
+            raise InputError(f"{where}: {kind} {_name_of(obj)}: {exc}") from None
+        except (TypeError, AttributeError, ValueError) as exc:  # a shape the parsers did not foresee
+            raise InputError(f"{where}: {kind} {_name_of(obj)}: malformed object: {exc}") from None
     return inputs
 
 
@@ -178,7 +189,9 @@ def to_text(result: CycleResult) -> str:
         lines.append(f"{'POD':<{width}}  {'PODGROUP':<{gwidth}}  NODE")
         for pod, node, decision in rows:
             where = node or f"<pending: {decision.reason}>"
-            lines.append(f"{pod.namespace + '/' + pod.name:<{width}}  {pod.pod_group or '-':<{gwidth}}  {where}")
+            lines.append(
+                f"{pod.namespace + '/' + pod.name:<{width}}  {pod.pod_group or '-':<{gwidth}}  {where}"
+            )
     else:
         lines.append("no pending pods to place")
     placed = sum(1 for _, node, _ in rows if node)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gangsched.model import PODS, Node, Placement, Pod, SelectorRequirement, Taint, placement_signature
+from gangsched.model import PODS, Node, Placement, Pod, SelectorRequirement, Taint
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -62,7 +62,7 @@ class Snapshot:
             if pod.holds_resources and pod.node_name in self.index:
                 self.add_usage(self.index[pod.node_name], self.vector(pod.requests))
         self._labels: dict[str, tuple[npt.NDArray[np.int32], dict[str, int]]] = {}
-        self._eligibility: dict[str, Eligibility] = {}
+        self._eligibility: dict[Placement, Eligibility] = {}
         self._domains: dict[tuple[str, ...], tuple[IntArray, list[tuple[str, ...]]]] = {}
         self.base_reason = np.zeros(n, dtype=np.int8)
         for i, node in enumerate(self.nodes):
@@ -147,11 +147,10 @@ class Snapshot:
     # ------------------------------------------------------------------ eligibility
 
     def eligibility(self, placement: Placement) -> Eligibility:
-        signature = placement_signature(placement)
-        cached = self._eligibility.get(signature)
+        cached = self._eligibility.get(placement)
         if cached is None:
             cached = self._compute_eligibility(placement)
-            self._eligibility[signature] = cached
+            self._eligibility[placement] = cached
         return cached
 
     def _compute_eligibility(self, placement: Placement) -> Eligibility:

@@ -1,0 +1,74 @@
+"""Raw JSON calls through a ``kubernetes.client.ApiClient``.
+
+The generated client (37.x) parses every answer into pydantic models: some answers do not
+fit (a Binding returns a Status), the models forbid fields newer than the client, and the
+harness wants plain dicts anyway. This keeps the client's TLS, auth and connection pool
+and skips only the models.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+from urllib.parse import urlencode
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+MERGE_PATCH: Final = "application/merge-patch+json"
+
+
+def _url(path: str, query: Mapping[str, str | int | bool] | None) -> str:
+    if not query:
+        return path
+    return path + "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
+
+
+def request_json(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: Mapping[str, str | int | bool] | None = None,
+    body: Any = None,
+    content_type: str = "application/json",
+    accept: str = "application/json",
+) -> Any:
+    """Send one request and return the decoded JSON answer (None for an empty body).
+
+    Non-2xx answers raise the client's usual ApiException subclasses (NotFoundException,
+    ConflictException, ...), so callers handle errors as with the generated methods.
+    """
+    request = api.param_serialize(
+        method,
+        _url(path, query),
+        header_params={"Accept": accept, "Content-Type": content_type},
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    response = api.call_api(*request)
+    response.read()  # type: ignore[no-untyped-call]
+    if not 200 <= response.status <= 299:
+        raise ApiException.from_response(http_resp=response, body=None, data=None)
+    return json.loads(response.data) if response.data else None
+
+
+def open_stream(
+    api: client.ApiClient, path: str, *, query: Mapping[str, str | int | bool] | None = None
+) -> urllib3.BaseHTTPResponse:
+    """GET `path` and return the unread response, for watches: iterate it for lines.
+
+    Another thread may call ``shutdown()`` on it to end a blocked read at once.
+    """
+    request = api.param_serialize(
+        "GET", _url(path, query), header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+    )
+    rest_response = api.call_api(*request)
+    response: urllib3.BaseHTTPResponse = rest_response.response
+    if not 200 <= response.status <= 299:
+        rest_response.read()  # type: ignore[no-untyped-call]
+        response.release_conn()
+        raise ApiException.from_response(http_resp=rest_response, body=None, data=None)
+    return response
