@@ -57,5 +57,57 @@ def simulate(paths: tuple[Path, ...], output: str, scheduler_name: str) -> None:
         click.echo(sim.to_text(result))
 
 
+@main.command()
+@click.option("--namespace", "-n", "namespaces", multiple=True, help="Schedule only in these namespaces.")
+@click.option(
+    "--all-namespaces",
+    "-A",
+    is_flag=True,
+    help="Schedule in every namespace (the default when no --namespace is given).",
+)
+@click.option("--scheduler-name", default=DEFAULT_SCHEDULER_NAME, show_default=True)
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Default: in-cluster, else ~/.kube/config.",
+)
+@click.option("--liveness-port", type=int, default=8080, show_default=True, help="0 disables the endpoint.")
+@click.option(
+    "--concurrency", type=click.IntRange(1, 512), default=32, show_default=True, help="Parallel API writes."
+)
+@click.option("--log-format", type=click.Choice(["human", "json"]), default="human", show_default=True)
+@click.option("--verbose", "-v", is_flag=True)
+def run(
+    namespaces: tuple[str, ...],
+    all_namespaces: bool,
+    scheduler_name: str,
+    kubeconfig: str | None,
+    liveness_port: int,
+    concurrency: int,
+    log_format: str,
+    verbose: bool,
+) -> None:
+    """Run the scheduler: watch PodGroups, Pods and Nodes; place gangs; bind them."""
+    from gangsched.runtime import RunOptions
+    from gangsched.runtime import run as run_operator
+    from gangsched.scheduler import SchedulerConfig
+
+    if namespaces and all_namespaces:
+        raise click.UsageError("--namespace and --all-namespaces are exclusive")
+    options = RunOptions(
+        scheduler=SchedulerConfig(
+            scheduler_name=scheduler_name,
+            namespaces=frozenset(namespaces) if namespaces else None,
+        ),
+        kubeconfig=kubeconfig,
+        liveness_port=liveness_port or None,
+        concurrency=concurrency,
+        log_format=log_format,
+        verbose=verbose,
+    )
+    run_operator(options)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

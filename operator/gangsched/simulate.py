@@ -71,7 +71,7 @@ def _documents(path: Path) -> Iterator[tuple[int, Any]]:
             yield index, doc
             index += 1
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        detail = " ".join(str(exc).split())
+        detail = " ".join(str(exc).split()).replace('in "<unicode string>", ', "at ")
         kind = "JSON" if path.suffix == ".json" else "YAML"
         raise InputError(f"{path} (document {index}): not valid {kind}: {detail}") from None
 
@@ -126,18 +126,28 @@ def load(paths: Sequence[Path]) -> Inputs:
                 raise InputError(f"{where}: malformed object: {exc}") from None
     resolved = dict(priorities)
     resolved[""] = default_priority
+    # The same object twice would silently double a node or a pod: say where the first one was.
+    seen: dict[tuple[str, str, str], str] = {}
     for where, obj in raw:
         kind = obj["kind"]
         try:
             if kind == "Node":
-                inputs.nodes.append(parse_node(obj))
+                node = parse_node(obj)
+                key = (kind, "", node.name)
+                inputs.nodes.append(node)
             elif kind == "Pod":
-                inputs.pods.append(parse_pod(obj, priorities=resolved))
+                pod = parse_pod(obj, priorities=resolved)
+                key = (kind, *pod.key)
+                inputs.pods.append(pod)
             else:
                 group = parse_pod_group(obj, priorities=priorities)
                 if group.spec_error is not None:
                     raise ModelError(group.spec_error)
+                key = (kind, *group.key)
                 inputs.pod_groups.append(group)
+            if key in seen:
+                raise ModelError(f"duplicate of the {kind} in {seen[key]}")
+            seen[key] = where
         except ModelError as exc:
             raise InputError(f"{where}: {kind} {_name_of(obj)}: {exc}") from None
         except (TypeError, AttributeError, ValueError) as exc:  # a shape the parsers did not foresee

@@ -1,0 +1,228 @@
+"""What the scheduler believes: a watch-fed cache, its assumptions, and write tracking.
+
+The watch streams (kopf event handlers) feed `ClusterCache`. The binder's successful
+writes become *assumptions* layered over it until the watch confirms them, so the engine
+never sees a pod it just bound as pending (it would bind it twice) nor counts its
+capacity twice (once assumed, once observed). `WriteTracker` records the
+resourceVersions our writes returned; a group is decided again only once the cache has
+caught up with them (KEP-5647), see `ClusterCache.caught_up`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gangsched.model import (
+    ModelError,
+    Node,
+    Pod,
+    PodGroup,
+    PriorityClass,
+    parse_node,
+    parse_pod,
+    parse_pod_group,
+    parse_priority_class,
+)
+
+Key = tuple[str, str]
+
+
+def parse_rv(value: str | None) -> int | None:
+    """A resourceVersion as an integer (comparable since Kubernetes 1.35, KEP-5504), or None.
+
+    None means "unknown": the caller falls back to a live read instead of trusting the cache.
+    """
+    if not value or not value.isdigit() or value.startswith("0"):
+        return None
+    return int(value)
+
+
+def _older(body: Mapping[str, Any], known: str) -> bool:
+    incoming = parse_rv(str((body.get("metadata") or {}).get("resourceVersion") or ""))
+    current = parse_rv(known)
+    return incoming is not None and current is not None and incoming < current
+
+
+@dataclass(slots=True)
+class Assumed:
+    """A pod we bound that the watch has not shown bound yet."""
+
+    uid: str
+    node: str
+    since: float
+
+
+@dataclass(slots=True)
+class GroupWrites:
+    """resourceVersions returned by our writes for one group, per resource."""
+
+    pod_group_rv: int | None = None
+    # Pods we bound for this group whose binding the watch has not shown yet.
+    pending_binds: set[Key] = field(default_factory=set)
+
+
+class ClusterCache:
+    """Nodes, pods, PodGroups and PriorityClasses as the watches last showed them."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.pods: dict[Key, Pod] = {}
+        self.pod_groups: dict[Key, PodGroup] = {}
+        self.raw_pod_groups: dict[Key, Mapping[str, Any]] = {}
+        self.priority_classes: dict[str, PriorityClass] = {}
+        self.assumed: dict[Key, Assumed] = {}
+        self.writes: dict[Key, GroupWrites] = {}
+        # Highest resourceVersion seen per resource ("pods", "podgroups", ...).
+        self.observed_rv: dict[str, int] = {}
+        # Objects the cache could not parse, with why: reported, never crash the loop.
+        self.invalid: dict[tuple[str, str, str], str] = {}
+        self.generation = 0  # bumped on every change that can alter a decision
+        self._clock = clock
+
+    # ------------------------------------------------------------------ feeding
+
+    def _observe(self, resource: str, body: Mapping[str, Any]) -> None:
+        rv = parse_rv(str((body.get("metadata") or {}).get("resourceVersion") or ""))
+        if rv is not None and rv > self.observed_rv.get(resource, 0):
+            self.observed_rv[resource] = rv
+
+    def priorities(self) -> dict[str, int]:
+        values = {name: pc.value for name, pc in self.priority_classes.items()}
+        default = next((pc.value for pc in self.priority_classes.values() if pc.global_default), 0)
+        values.setdefault("", default)
+        return values
+
+    def apply_pod(self, event_type: str | None, body: Mapping[str, Any]) -> Key | None:
+        """Apply one watch event; returns the pod's key (or None when the body is unusable)."""
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        self._observe("pods", body)
+        self.generation += 1
+        if event_type == "DELETED":
+            self.pods.pop(key, None)
+            self.assumed.pop(key, None)
+            self.invalid.pop(("Pod", *key), None)
+            return key
+        current = self.pods.get(key)
+        if current is not None and _older(body, current.resource_version):
+            return key  # a stale event (e.g. a late initial listing): the cache already knows better
+        try:
+            pod = parse_pod(body, priorities=self.priorities())
+        except ModelError as exc:
+            self.invalid[("Pod", *key)] = str(exc)
+            self.pods.pop(key, None)
+            return key
+        self.invalid.pop(("Pod", *key), None)
+        self.pods[key] = pod
+        assumed = self.assumed.get(key)
+        if assumed is not None and (pod.node_name or pod.uid != assumed.uid):
+            # The watch caught up with our binding (or the pod was replaced): drop the overlay.
+            del self.assumed[key]
+        return key
+
+    def apply_node(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        name = str((body.get("metadata") or {}).get("name") or "")
+        self._observe("nodes", body)
+        self.generation += 1
+        if event_type == "DELETED":
+            self.nodes.pop(name, None)
+            self.invalid.pop(("Node", "", name), None)
+            return
+        try:
+            self.nodes[name] = parse_node(body)
+            self.invalid.pop(("Node", "", name), None)
+        except ModelError as exc:
+            # A node we cannot read offers no capacity; say why instead of crashing.
+            self.nodes.pop(name, None)
+            self.invalid[("Node", "", name)] = str(exc)
+
+    def apply_pod_group(self, event_type: str | None, body: Mapping[str, Any]) -> Key:
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        self._observe("podgroups", body)
+        self.generation += 1
+        if event_type == "DELETED":
+            self.pod_groups.pop(key, None)
+            self.raw_pod_groups.pop(key, None)
+            self.writes.pop(key, None)
+            return key
+        self.pod_groups[key] = parse_pod_group(body, priorities=self._class_values())
+        self.raw_pod_groups[key] = body
+        return key
+
+    def apply_priority_class(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        name = str((body.get("metadata") or {}).get("name") or "")
+        self.generation += 1
+        if event_type == "DELETED":
+            self.priority_classes.pop(name, None)
+            return
+        try:
+            self.priority_classes[name] = parse_priority_class(body)
+        except ModelError:
+            self.priority_classes.pop(name, None)
+        # Groups that name this class may resolve now (or no longer).
+        for key, raw in list(self.raw_pod_groups.items()):
+            self.pod_groups[key] = parse_pod_group(raw, priorities=self._class_values())
+
+    def _class_values(self) -> dict[str, int]:
+        return {name: pc.value for name, pc in self.priority_classes.items()}
+
+    # ------------------------------------------------------------------ assumptions and writes
+
+    def assume(self, *, group: Key, pod: Pod, node: str) -> None:
+        """Record a successful binding before the watch shows it."""
+        if pod.key in self.pods and self.pods[pod.key].node_name:
+            return
+        self.assumed[pod.key] = Assumed(uid=pod.uid, node=node, since=self._clock())
+        self.writes.setdefault(group, GroupWrites()).pending_binds.add(pod.key)
+        self.generation += 1
+
+    def forget(self, key: Key) -> None:
+        """Drop an assumption whose binding failed (the pod is pending again)."""
+        if self.assumed.pop(key, None) is not None:
+            self.generation += 1
+
+    def wrote_pod_group(self, group: Key, resource_version: str | None) -> None:
+        rv = parse_rv(resource_version)
+        writes = self.writes.setdefault(group, GroupWrites())
+        writes.pod_group_rv = rv if rv is not None else -1
+
+    def caught_up(self, group: Key) -> bool | None:
+        """Has the cache seen every write we made for `group`?
+
+        True: decide from the cache. False: wait (requeue). None: a version was not an
+        integer, so the cache cannot be compared: the caller must read live.
+        """
+        writes = self.writes.get(group)
+        if writes is None:
+            return True
+        writes.pending_binds = {k for k in writes.pending_binds if k in self.assumed}
+        if writes.pending_binds:
+            return False
+        if writes.pod_group_rv is not None:
+            if writes.pod_group_rv < 0:
+                return None
+            if self.observed_rv.get("podgroups", 0) < writes.pod_group_rv:
+                return False
+            writes.pod_group_rv = None
+        return True
+
+    # ------------------------------------------------------------------ reading
+
+    def pods_for_engine(self) -> list[Pod]:
+        """Every pod, with assumed bindings applied: bound once, never pending twice."""
+        out: list[Pod] = []
+        for key, pod in self.pods.items():
+            assumed = self.assumed.get(key)
+            if assumed is not None and not pod.node_name and pod.uid == assumed.uid:
+                pod = dataclasses.replace(pod, node_name=assumed.node)
+            out.append(pod)
+        return out
+
+    def members(self, group: Key) -> list[Pod]:
+        namespace, name = group
+        return [p for p in self.pods.values() if p.namespace == namespace and p.pod_group == name]

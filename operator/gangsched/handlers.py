@@ -1,0 +1,96 @@
+"""Thin kopf handlers: feed the cache, wake the loop. No scheduling logic here.
+
+Pods and Nodes are watched only with `@kopf.on.event`, which never writes to the object
+(no annotations, no finalizers); kopf's own Event posting is switched off at startup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from gangsched.cluster import ClusterCache
+from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
+from gangsched.scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+# The scheduling loop counts as dead when it has not turned for this long.
+LOOP_STALL_SECONDS = 60.0
+
+
+def build_registry(
+    *,
+    cache: ClusterCache,
+    scheduler: Scheduler,
+    prime: Any,
+    loop_gate: Any = None,
+) -> kopf.OperatorRegistry:
+    """A registry whose handlers close over this operator's cache and scheduler.
+
+    `prime` is an async callable that fills the cache from consistent LISTs before the loop
+    starts (kopf gives on.event handlers no "initial listing done" signal). `loop_gate`,
+    when given, is awaited before the loop starts: leader election plugs in there.
+    """
+    registry = kopf.OperatorRegistry()
+    tasks: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(registry=registry)
+    async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.enabled = False  # no kopf Events about Pods or Nodes
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.networking.request_timeout = 60
+
+        async def main() -> None:
+            if loop_gate is not None:
+                await loop_gate()
+            await prime()
+            scheduler.wake()
+            await scheduler.run()
+
+        tasks.append(asyncio.get_running_loop().create_task(main()))
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop(**_: Any) -> None:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await scheduler.stop()
+
+    @kopf.on.probe(id="scheduler", registry=registry)
+    async def probe(**_: Any) -> dict[str, Any]:
+        age = scheduler.clock() - scheduler.heartbeat
+        if tasks and tasks[0].done():
+            raise kopf.PermanentError("the scheduling loop has stopped")
+        return {"cycles": scheduler.cycles, "loop_age_seconds": round(age, 1), "pods": len(cache.pods)}
+
+    @kopf.on.event("", "v1", "pods", registry=registry)
+    async def on_pod(event: kopf.RawEvent, **_: Any) -> None:
+        body = event["object"]
+        cache.apply_pod(event["type"], body)
+        meta = body.get("metadata") or {}
+        group = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
+        scheduler.wake((meta.get("namespace") or "default", group) if group else None)
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    async def on_node(event: kopf.RawEvent, **_: Any) -> None:
+        cache.apply_node(event["type"], event["object"])
+        scheduler.wake()
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    async def on_pod_group(event: kopf.RawEvent, **_: Any) -> None:
+        key = cache.apply_pod_group(event["type"], event["object"])
+        if event["type"] == "DELETED":
+            scheduler.forget_group(key)
+        scheduler.wake(key)
+
+    @kopf.on.event("scheduling.k8s.io", "v1", "priorityclasses", registry=registry)
+    async def on_priority_class(event: kopf.RawEvent, **_: Any) -> None:
+        cache.apply_priority_class(event["type"], event["object"])
+        scheduler.wake()
+
+    return registry

@@ -1,0 +1,135 @@
+"""Assemble and run the operator: API client, cache, binder, scheduler, kopf.
+
+kopf runs cluster-wide whatever `--namespace` says: capacity accounting needs every bound
+pod on every node. The namespace option limits which PodGroups and pods are scheduled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+
+from gangsched._rawapi import request_json
+from gangsched.binder import Binder
+from gangsched.cluster import ClusterCache
+from gangsched.handlers import build_registry
+from gangsched.model import GROUP, PLURAL, VERSION
+from gangsched.scheduler import Scheduler, SchedulerConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class RunOptions:
+    scheduler: SchedulerConfig
+    kubeconfig: str | None = None
+    liveness_port: int | None = 8080
+    concurrency: int = 32
+    log_format: str = "human"
+    verbose: bool = False
+
+
+def api_client(*, kubeconfig: str | None, pool: int) -> client.ApiClient:
+    """In-cluster (service-account token) when running in a pod, else the kubeconfig."""
+    configuration = client.Configuration()
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, client_configuration=configuration
+        )
+    configuration.connection_pool_maxsize = pool
+    return client.ApiClient(configuration)
+
+
+LIST_PATHS = (
+    ("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses"),
+    ("nodes", "/api/v1/nodes"),
+    ("pods", "/api/v1/pods"),
+    ("podgroups", f"/apis/{GROUP}/{VERSION}/{PLURAL}"),
+)
+
+
+async def prime(cache: ClusterCache, api: client.ApiClient) -> None:
+    """Fill the cache from consistent LISTs, so the first decision sees every bound pod."""
+    apply: dict[str, Callable[[str | None, Any], Any]] = {
+        "priorityclasses": cache.apply_priority_class,
+        "nodes": cache.apply_node,
+        "pods": cache.apply_pod,
+        "podgroups": cache.apply_pod_group,
+    }
+    for resource, path in LIST_PATHS:
+        token = ""
+        while True:
+            query: dict[str, str | int | bool] = {"limit": 500}
+            if token:
+                query["continue"] = token
+            page = await asyncio.to_thread(request_json, api, "GET", path, query=query)
+            for item in page.get("items") or []:
+                apply[resource]("LISTED", item)
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                break
+    log.info(
+        "cache primed: %d nodes, %d pods, %d PodGroups",
+        len(cache.nodes),
+        len(cache.pods),
+        len(cache.pod_groups),
+    )
+
+
+def run(options: RunOptions, *, loop_gate: Callable[[], Awaitable[None]] | None = None) -> None:
+    kopf.configure(
+        verbose=options.verbose,
+        log_format=kopf.LogFormat.JSON if options.log_format == "json" else kopf.LogFormat.FULL,
+    )
+    logging.getLogger("aiohttp.access").propagate = False
+    if not options.verbose:
+        # kopf logs every handled watch event at INFO: thousands of lines for nothing.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    api = api_client(kubeconfig=options.kubeconfig, pool=options.concurrency + 4)
+    cache = ClusterCache()
+    binder = Binder(api=api, concurrency=options.concurrency)
+    scheduler = Scheduler(cache=cache, binder=binder, config=options.scheduler)
+
+    async def do_prime() -> None:
+        await prime(cache, api)
+
+    registry = build_registry(cache=cache, scheduler=scheduler, prime=do_prime, loop_gate=loop_gate)
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # The same identity as our own client, whether from a kubeconfig or in-cluster.
+        configuration = api.configuration
+        if configuration.refresh_api_key_hook is not None:  # in-cluster tokens rotate
+            configuration.refresh_api_key_hook(configuration)
+        token = configuration.api_key.get("BearerToken") or configuration.api_key.get("authorization")
+        if token and token.lower().startswith("bearer "):
+            token = token[7:]
+        return kopf.ConnectionInfo(
+            server=configuration.host,
+            ca_path=configuration.ssl_ca_cert,
+            insecure=not configuration.verify_ssl,
+            token=token or None,
+            certificate_path=configuration.cert_file,
+            private_key_path=configuration.key_file,
+            default_namespace=None,
+        )
+
+    liveness = f"http://0.0.0.0:{options.liveness_port}/healthz" if options.liveness_port else None
+    try:
+        kopf.run(
+            registry=registry,
+            clusterwide=True,
+            standalone=True,
+            liveness_endpoint=liveness,
+        )
+    finally:
+        binder.close()

@@ -1,0 +1,145 @@
+"""PodGroup status: phase, the PodGroupScheduled condition and counts, from what we know.
+
+Pure functions, so every phase rule is unit-tested without a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gangsched.model import Pod, PodGroup
+
+CONDITION = "PodGroupScheduled"
+
+PENDING = "Pending"
+SCHEDULING = "Scheduling"
+SCHEDULED = "Scheduled"
+RUNNING = "Running"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+UNSCHEDULABLE = "Unschedulable"
+
+
+@dataclass(slots=True, frozen=True)
+class Counts:
+    pods: int
+    scheduled: int  # bound to a node, whatever their phase since
+    active: int  # bound and not finished
+    running: int
+    succeeded: int
+    failed: int
+    pending: int  # not bound, not finished
+
+    @classmethod
+    def of(cls, members: Sequence[Pod]) -> Counts:
+        live = [p for p in members if not p.deleting]
+        return cls(
+            pods=len(live),
+            scheduled=sum(1 for p in live if p.node_name),
+            active=sum(1 for p in live if p.node_name and not p.terminal),
+            running=sum(1 for p in live if p.phase == "Running"),
+            succeeded=sum(1 for p in live if p.phase == "Succeeded"),
+            failed=sum(1 for p in live if p.phase == "Failed"),
+            pending=sum(1 for p in live if not p.node_name and not p.terminal),
+        )
+
+
+@dataclass(slots=True, frozen=True)
+class Verdict:
+    """The scheduler's latest word on a group (None fields: nothing decided yet)."""
+
+    reason: str | None = None  # Scheduled, Unschedulable, WaitingForPods, SchedulerError, Timeout
+    message: str = ""
+    binding: bool = False
+    domain: str | None = None
+
+
+def phase_of(group: PodGroup, counts: Counts, verdict: Verdict) -> str:
+    if group.spec is None:
+        return UNSCHEDULABLE
+    quorum = group.spec.min_count
+    if counts.pods and counts.failed and counts.pods - counts.failed < quorum:
+        return FAILED
+    if counts.pods and counts.succeeded >= quorum and counts.active == 0 and counts.pending == 0:
+        return SUCCEEDED if counts.failed == 0 else FAILED
+    if counts.running >= quorum:
+        return RUNNING
+    if counts.active + counts.succeeded >= quorum:
+        return SCHEDULED
+    if verdict.binding or counts.active > 0:
+        return SCHEDULING
+    if verdict.reason in ("Unschedulable", "Timeout", "SchedulerError"):
+        return UNSCHEDULABLE
+    return PENDING
+
+
+def condition_of(group: PodGroup, counts: Counts, verdict: Verdict) -> tuple[str, str, str]:
+    """(status, reason, message) of the PodGroupScheduled condition."""
+    if group.spec is None:
+        return "False", "Unschedulable", f"invalid PodGroup: {group.spec_error}"
+    quorum = group.spec.min_count
+    if counts.scheduled >= quorum:
+        message = verdict.message if verdict.reason == "Scheduled" and verdict.message else ""
+        return "True", "Scheduled", message or f"{counts.scheduled}/{counts.pods} pods scheduled"
+    if verdict.reason is None:
+        return "False", "WaitingForPods", f"waiting for pods: {counts.pods}/{quorum} of minCount exist"
+    if verdict.reason == "Scheduled":
+        return "False", "Scheduled", verdict.message
+    return "False", verdict.reason, verdict.message
+
+
+def build_status(
+    group: PodGroup,
+    members: Sequence[Pod],
+    verdict: Verdict,
+    *,
+    previous: Mapping[str, Any] | None,
+    now: str,
+) -> dict[str, Any]:
+    """The full status object; lastTransitionTime moves only when the condition changes."""
+    counts = Counts.of(members)
+    status, reason, message = condition_of(group, counts, verdict)
+    transition = now
+    for cond in (previous or {}).get("conditions") or []:
+        if cond.get("type") == CONDITION and cond.get("status") == status and cond.get("reason") == reason:
+            transition = cond.get("lastTransitionTime") or now
+    domain = verdict.domain or (previous or {}).get("domain")
+    out: dict[str, Any] = {
+        "phase": phase_of(group, counts, verdict),
+        "observedGeneration": group.generation,
+        "conditions": [
+            {
+                "type": CONDITION,
+                "status": status,
+                "reason": reason,
+                "message": message[:4096],
+                "lastTransitionTime": transition,
+                "observedGeneration": group.generation,
+            }
+        ],
+        "pods": counts.pods,
+        "scheduled": counts.scheduled,
+        "running": counts.running,
+        "succeeded": counts.succeeded,
+        "failed": counts.failed,
+    }
+    if domain:
+        out["domain"] = domain
+    return out
+
+
+def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Equal apart from timestamps: no write (and no watch event) for nothing."""
+    if a is None or b is None:
+        return a is b
+
+    def strip(status: Mapping[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in status.items() if k != "conditions"}
+        out["conditions"] = [
+            {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
+        ]
+        return out
+
+    return strip(a) == strip(b)
