@@ -143,8 +143,18 @@ def _wait(state: RetryCallState) -> float:
 class Binder:
     """Sends writes with bounded concurrency; every method is safe to call from the event loop."""
 
-    def __init__(self, *, api: client.ApiClient, concurrency: int = 32, attempts: int = 5) -> None:
+    def __init__(
+        self,
+        *,
+        api: client.ApiClient,
+        concurrency: int = 32,
+        attempts: int = 5,
+        bind_delay_seconds: float = 0.0,
+    ) -> None:
         self.api = api
+        # Fault injection for tests (GANGSCHED_FAULT_BIND_DELAY_SECONDS): slow binds down so a
+        # test can act while a gang is half bound.
+        self.bind_delay_seconds = bind_delay_seconds
         self.concurrency = concurrency
         self.attempts = attempts
         self.instance = f"{COMPONENT}-{uuid.uuid4().hex[:8]}"
@@ -176,12 +186,16 @@ class Binder:
 
     async def bind(self, pod: Pod, node: str) -> BindResult:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
+        if self.bind_delay_seconds:
+            async with self._slots:
+                await asyncio.sleep(self.bind_delay_seconds)
         self.binds_sent += 1
         try:
             await self._call("POST", path, body=binding_body(pod, node))
         except ApiException as exc:
             if exc.status == 409:
                 self.conflicts += 1
+                log.warning("binding %s/%s: conflict: %s", pod.namespace, pod.name, _reason(exc))
                 return BindResult(pod, node, BindOutcome.CONFLICT, _reason(exc))
             if exc.status == 404:
                 return BindResult(pod, node, BindOutcome.GONE, _reason(exc))

@@ -756,7 +756,12 @@ def _b64(data: bytes) -> str:
 
 
 def _deletable_namespaced_resources(api: client.ApiClient) -> Iterator[tuple[str, str]]:
-    """(group-version path, resource) for every namespaced resource supporting deletecollection."""
+    """(group-version path, resource) for every namespaced resource supporting deletecollection.
+
+    Each resource once, in its most preferred version: versions of a resource share storage,
+    but a group's versions need not serve the same resources (scheduling.k8s.io/v1 has
+    only PriorityClass, v1alpha2 has Workload and PodGroup).
+    """
     for root in ("/api", "/apis"):
         # Aggregated discovery (GA since 1.30): every group in one request.
         discovery = request_json(
@@ -764,15 +769,16 @@ def _deletable_namespaced_resources(api: client.ApiClient) -> Iterator[tuple[str
         )
         for group in discovery.get("items") or []:
             name = group.get("metadata", {}).get("name", "")
-            versions = group.get("versions") or []
-            if not versions:
-                continue
-            version = versions[0]["version"]  # the preferred one; all versions share storage
-            prefix = f"/apis/{name}/{version}" if name else f"/api/{version}"
-            for resource in versions[0].get("resources") or []:
-                verbs = resource.get("verbs") or []
-                if resource.get("scope") == "Namespaced" and "deletecollection" in verbs:
-                    yield prefix, resource["resource"]
+            seen: set[str] = set()
+            for version in group.get("versions") or []:  # most preferred first
+                prefix = f"/apis/{name}/{version['version']}" if name else f"/api/{version['version']}"
+                for resource in version.get("resources") or []:
+                    verbs = resource.get("verbs") or []
+                    if resource.get("scope") != "Namespaced" or "deletecollection" not in verbs:
+                        continue
+                    if resource["resource"] not in seen:
+                        seen.add(resource["resource"])
+                        yield prefix, resource["resource"]
 
 
 def delete_namespace(api: client.ApiClient, *, name: str) -> None:

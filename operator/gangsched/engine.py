@@ -535,6 +535,14 @@ class _GroupPlacer:
             attempt = self._greedy(self._order_leaves(nodes, self.total), list(range(len(self.classes))))
             return "cluster", attempt.placed
         ids_all, paths = self.snap.domains(self.required_keys)
+        if self.bound_nodes:
+            # Bound members pin the domain: the explanation is about that domain only.
+            pinned = {int(ids_all[i]) for i in self.bound_nodes}
+            if len(pinned) != 1:
+                return None
+            nodes = nodes[ids_all[nodes] == next(iter(pinned))]
+            if nodes.size == 0:
+                return None
         ids = ids_all[nodes]
         uniq, inverse = np.unique(ids, return_inverse=True)
         bound, _ = self._upper_bound(inverse, nodes, uniq.size)
@@ -836,7 +844,8 @@ def _gate_group(
             message="pods of one PodGroup must share one schedulerName; found "
             + ", ".join(sorted(scheduler_names)),
         )
-    alive = [p for p in members if not p.terminal and not p.deleting]
+    # Gated pods are not ready to be scheduled yet, as in kube-scheduler's PreEnqueue.
+    alive = [p for p in members if not p.terminal and not p.deleting and not p.scheduling_gated]
     if group.spec.is_gang and len(alive) < group.spec.min_count:
         return GroupDecision(
             namespace=namespace,

@@ -28,12 +28,15 @@ def build_registry(
     scheduler: Scheduler,
     prime: Any,
     loop_gate: Any = None,
+    bound_event_delay_seconds: float = 0.0,
 ) -> kopf.OperatorRegistry:
     """A registry whose handlers close over this operator's cache and scheduler.
 
     `prime` is an async callable that fills the cache from consistent LISTs before the loop
     starts (kopf gives on.event handlers no "initial listing done" signal). `loop_gate`,
     when given, is awaited before the loop starts: leader election plugs in there.
+    `bound_event_delay_seconds` is fault injection for tests (GANGSCHED_FAULT_WATCH_DELAY_SECONDS):
+    events of bound pods reach the cache late, as from a lagging watch.
     """
     registry = kopf.OperatorRegistry()
     tasks: list[asyncio.Task[None]] = []
@@ -71,6 +74,8 @@ def build_registry(
     @kopf.on.event("", "v1", "pods", registry=registry)
     async def on_pod(event: kopf.RawEvent, **_: Any) -> None:
         body = event["object"]
+        if bound_event_delay_seconds and (body.get("spec") or {}).get("nodeName"):
+            await asyncio.sleep(bound_event_delay_seconds)
         cache.apply_pod(event["type"], body)
         meta = body.get("metadata") or {}
         group = (meta.get("labels") or {}).get(POD_GROUP_LABEL)

@@ -96,13 +96,23 @@ def run(options: RunOptions, *, loop_gate: Callable[[], Awaitable[None]] | None 
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     api = api_client(kubeconfig=options.kubeconfig, pool=options.concurrency + 4)
     cache = ClusterCache()
-    binder = Binder(api=api, concurrency=options.concurrency)
+    binder = Binder(
+        api=api,
+        concurrency=options.concurrency,
+        bind_delay_seconds=float(os.environ.get("GANGSCHED_FAULT_BIND_DELAY_SECONDS", "0")),
+    )
     scheduler = Scheduler(cache=cache, binder=binder, config=options.scheduler)
 
     async def do_prime() -> None:
         await prime(cache, api)
 
-    registry = build_registry(cache=cache, scheduler=scheduler, prime=do_prime, loop_gate=loop_gate)
+    registry = build_registry(
+        cache=cache,
+        scheduler=scheduler,
+        prime=do_prime,
+        loop_gate=loop_gate,
+        bound_event_delay_seconds=float(os.environ.get("GANGSCHED_FAULT_WATCH_DELAY_SECONDS", "0")),
+    )
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

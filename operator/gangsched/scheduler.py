@@ -367,10 +367,12 @@ class Scheduler:
             members = [p for p in self.cache.members(key) if p.scheduler_name == self.config.scheduler_name]
             counts = Counts.of(members)
             assumed = sum(1 for p in members if p.key in self.cache.assumed)
+            # Below quorum with members holding nodes. A failed member ends the gang's run
+            # instead (phase Failed): its pods are then left for their controller.
             partial = (
                 counts.active + assumed > 0
                 and counts.active + assumed + counts.succeeded < group.spec.min_count
-                and counts.pending - assumed > 0
+                and counts.failed == 0
                 and not state.binding
             )
             if not partial:

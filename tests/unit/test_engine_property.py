@@ -208,9 +208,8 @@ def test_engine_agrees_with_brute_force(case: Case) -> None:
         brute_force_max(case, nodes, case.pending, want) >= want for nodes in domains(case, case.required)
     )
     assert decision.scheduled == feasible, decision.message
-    event(
-        f"scheduled={decision.scheduled} classes={len({(p.requests.get('cpu'), p.requests.get(GPU)) for p in case.pending})}"
-    )
+    shapes = {(p.requests.get("cpu"), p.requests.get(GPU)) for p in case.pending}
+    event(f"scheduled={decision.scheduled} classes={len(shapes)}")
 
     # Preferred: one domain whenever one domain holds every pending pod.
     if case.preferred and decision.scheduled and not case.bound:

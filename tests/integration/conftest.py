@@ -1,0 +1,103 @@
+"""Fixtures for tests against a real kube-apiserver v1.36.3 and etcd (gangsched.devcluster).
+
+One control plane serves the whole session (starting one takes a few seconds); each test
+gets its own namespace, and any fake nodes it makes are deleted after it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from gangsched import devcluster, fakenodes
+
+_HERE = Path(__file__).parent
+
+
+_HOW_TO_GET_BINARIES = (
+    "no kube-apiserver/etcd: run `make control-plane` (needs Go >= 1.26) or set KUBEBUILDER_ASSETS"
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark everything here `integration`; without binaries (and outside CI), skip it all.
+
+    Skipping by marker rather than from the fixture lets pytest fold the skips into one
+    summary line per file instead of one per test.
+    """
+    mine = [item for item in items if _HERE in item.path.parents]
+    for item in mine:
+        item.add_marker(pytest.mark.integration)
+    if not mine or _in_ci():
+        return  # under CI the control_plane fixture fails instead
+    try:
+        devcluster.find_binaries()
+    except devcluster.BinariesNotFoundError:
+        for item in mine:
+            item.add_marker(pytest.mark.skip(reason=_HOW_TO_GET_BINARIES))
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[devcluster.ControlPlane]:
+    """The session's control plane; skips (or, under CI=true, fails) without the binaries."""
+    try:
+        binaries = devcluster.find_binaries()
+    except devcluster.BinariesNotFoundError as exc:
+        if _in_ci():
+            pytest.fail(f"CI=true and no control plane: {exc}", pytrace=False)
+        pytest.skip(_HOW_TO_GET_BINARIES)
+    with devcluster.ControlPlane(binaries=binaries) as cp:
+        yield cp
+
+
+@pytest.fixture(scope="session")
+def admin_api(control_plane: devcluster.ControlPlane) -> Iterator[client.ApiClient]:
+    """An ApiClient authenticated as cluster admin (system:masters)."""
+    with control_plane.api_client() as api:
+        yield api
+
+
+@pytest.fixture(scope="session")
+def core_v1(admin_api: client.ApiClient) -> client.CoreV1Api:
+    """CoreV1Api as cluster admin."""
+    return client.CoreV1Api(admin_api)
+
+
+@pytest.fixture(scope="session")
+def node_agent(control_plane: devcluster.ControlPlane) -> Iterator[fakenodes.NodeAgent]:
+    """The kubelet stand-in for fake nodes, with its own client (its watch holds a connection)."""
+    with control_plane.api_client() as api, fakenodes.NodeAgent(api_client=api) as agent:
+        yield agent
+    assert not agent.errors, f"the node agent hit errors: {agent.errors!r}"
+
+
+@pytest.fixture
+def namespace(admin_api: client.ApiClient, core_v1: client.CoreV1Api) -> Iterator[str]:
+    """A fresh namespace, emptied and removed after the test."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    core_v1.create_namespace(body=client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    devcluster.delete_namespace(admin_api, name=name)
+
+
+@pytest.fixture
+def fake_nodes(admin_api: client.ApiClient) -> Iterator[Callable[[fakenodes.NodeSet], list[str]]]:
+    """Create fake nodes with `fake_nodes(NodeSet(...))`; all are deleted after the test."""
+    created: list[str] = []
+
+    def make(spec: fakenodes.NodeSet) -> list[str]:
+        names = fakenodes.create_nodes(api=admin_api, spec=spec)
+        created.extend(names)
+        return names
+
+    yield make
+    fakenodes.delete_nodes(api=admin_api, names=created)

@@ -1,0 +1,261 @@
+"""crds/podgroup.yaml on a real kube-apiserver: it installs, serves, defaults and validates.
+
+(Not named test_crd.py: tests/unit/test_crd.py exists, and without __init__.py files pytest
+cannot collect two test modules with one basename.)
+
+The CRD is cluster-scoped and shared by the session: it is created idempotently (409 is
+fine) and never deleted, so later tests (the operator's) find it installed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gangsched._rawapi import request_json
+from gangsched.model import GROUP, PLURAL, VERSION
+
+pytestmark = pytest.mark.integration
+
+CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / "podgroup.yaml"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+ESTABLISH_TIMEOUT = 30.0
+
+EXAMPLE_SPEC: dict[str, Any] = {
+    "schedulingPolicy": {"gang": {"minCount": 8}},
+    "schedulingConstraints": {
+        "topology": [
+            {"key": "example.com/block"},
+            {"key": "example.com/rack", "mode": "Preferred"},
+        ]
+    },
+    "priorityClassName": "high",
+    "scheduleTimeoutSeconds": 600,
+}
+
+
+def _established(ext: client.ApiextensionsV1Api) -> bool:
+    crd = ext.read_custom_resource_definition(name=CRD_NAME)
+    conditions = {c.type: c.status for c in (crd.status.conditions or [])} if crd.status else {}
+    return conditions.get("Established") == "True" and conditions.get("NamesAccepted") == "True"
+
+
+@pytest.fixture(scope="module")
+def podgroup_crd(admin_api: client.ApiClient) -> str:
+    """Apply crds/podgroup.yaml (idempotently) and wait until it is Established and served."""
+    ext = client.ApiextensionsV1Api(admin_api)
+    body = yaml.safe_load(CRD_PATH.read_text())
+    try:
+        ext.create_custom_resource_definition(body=body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    deadline = time.monotonic() + ESTABLISH_TIMEOUT
+    while not _established(ext):
+        assert time.monotonic() < deadline, f"{CRD_NAME} not Established after {ESTABLISH_TIMEOUT}s"
+        time.sleep(0.1)
+    # Established can precede the resource showing up in discovery by a moment.
+    while True:
+        try:
+            resources = request_json(admin_api, "GET", f"/apis/{GROUP}/{VERSION}")["resources"]
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            resources = []
+        if {PLURAL, f"{PLURAL}/status"} <= {r["name"] for r in resources}:
+            return CRD_NAME
+        assert time.monotonic() < deadline, f"{GROUP}/{VERSION} {PLURAL} not served"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def objects(admin_api: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(admin_api)
+
+
+def _podgroup(name: str, spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def _create(objects: client.CustomObjectsApi, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    created: Any = objects.create_namespaced_custom_object(
+        group=GROUP, version=VERSION, namespace=namespace, plural=PLURAL, body=body
+    )
+    assert isinstance(created, dict)
+    return created
+
+
+def test_crd_names(podgroup_crd: str, admin_api: client.ApiClient) -> None:
+    crd = client.ApiextensionsV1Api(admin_api).read_custom_resource_definition(name=podgroup_crd)
+    assert crd.spec.scope == "Namespaced"
+    assert crd.status is not None
+    names = crd.status.accepted_names
+    assert names is not None
+    assert (names.kind, names.list_kind, names.plural, names.singular) == (
+        "PodGroup",
+        "PodGroupList",
+        "podgroups",
+        "podgroup",
+    )
+    assert names.short_names == ["pg"]
+    [version] = crd.spec.versions
+    assert (version.name, version.served, version.storage) == (VERSION, True, True)
+
+
+def test_valid_podgroup_is_created_and_defaulted(
+    podgroup_crd: str, objects: client.CustomObjectsApi, namespace: str
+) -> None:
+    created = _create(objects, namespace, _podgroup("train", EXAMPLE_SPEC))
+    spec = created["spec"]
+    assert spec["schedulingPolicy"] == {"gang": {"minCount": 8}}
+    assert spec["schedulingConstraints"]["topology"] == [
+        {"key": "example.com/block", "mode": "Required"},  # defaulted
+        {"key": "example.com/rack", "mode": "Preferred"},
+    ]
+    assert spec["priorityClassName"] == "high"
+    assert spec["scheduleTimeoutSeconds"] == 600
+    basic = _create(objects, namespace, _podgroup("basic", {"schedulingPolicy": {"basic": {}}}))
+    assert basic["spec"]["schedulingPolicy"] == {"basic": {}}
+
+
+def test_unknown_fields_are_pruned(
+    podgroup_crd: str, objects: client.CustomObjectsApi, namespace: str
+) -> None:
+    spec = copy.deepcopy(EXAMPLE_SPEC)
+    spec["someFutureField"] = True
+    spec["schedulingPolicy"]["gang"]["maxCount"] = 10
+    created = _create(objects, namespace, _podgroup("pruned", spec))
+    assert "someFutureField" not in created["spec"]
+    assert created["spec"]["schedulingPolicy"] == {"gang": {"minCount": 8}}
+
+
+def test_status_subresource_and_printer_columns(
+    podgroup_crd: str, objects: client.CustomObjectsApi, admin_api: client.ApiClient, namespace: str
+) -> None:
+    _create(objects, namespace, _podgroup("train", EXAMPLE_SPEC))
+    status = {
+        "phase": "Scheduled",
+        "observedGeneration": 1,
+        "conditions": [
+            {
+                "type": "PodGroupScheduled",
+                "status": "True",
+                "reason": "Scheduled",
+                "message": "placed 8/8 pending pods",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+                "observedGeneration": 1,
+            }
+        ],
+        "pods": 8,
+        "scheduled": 8,
+        "running": 2,
+        "succeeded": 0,
+        "failed": 0,
+        "domain": "example.com/block=b0",
+        "scheduledTime": "2026-01-01T00:00:00Z",
+        "lastScheduleTime": "2026-01-01T00:00:00Z",
+    }
+    patched: Any = objects.patch_namespaced_custom_object_status(
+        group=GROUP,
+        version=VERSION,
+        namespace=namespace,
+        plural=PLURAL,
+        name="train",
+        body={"status": status},
+    )
+    assert patched["status"] == status
+    # The main resource ignores status; the status subresource ignores spec.
+    assert patched["metadata"]["generation"] == 1
+
+    table = request_json(
+        admin_api,
+        "GET",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}",
+        accept="application/json;as=Table;v=v1;g=meta.k8s.io",
+    )
+    columns = [c["name"] for c in table["columnDefinitions"]]
+    assert columns == ["Name", "MinCount", "Phase", "Scheduled", "Running", "Domain", "Age"]
+    [row] = table["rows"]
+    assert row["cells"][:6] == ["train", 8, "Scheduled", 8, 2, "example.com/block=b0"]
+
+
+def test_invalid_status_is_rejected(
+    podgroup_crd: str, objects: client.CustomObjectsApi, namespace: str
+) -> None:
+    _create(objects, namespace, _podgroup("train", EXAMPLE_SPEC))
+    with pytest.raises(ApiException) as info:
+        objects.patch_namespaced_custom_object_status(
+            group=GROUP,
+            version=VERSION,
+            namespace=namespace,
+            plural=PLURAL,
+            name="train",
+            body={"status": {"phase": "Done"}},
+        )
+    assert info.value.status == 422
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(EXAMPLE_SPEC)
+    spec.update(changes)
+    return spec
+
+
+INVALID: dict[str, tuple[Any, str]] = {
+    "both-policies": (
+        _with(schedulingPolicy={"gang": {"minCount": 2}, "basic": {}}),
+        "spec.schedulingPolicy",
+    ),
+    "no-policy": (
+        _with(schedulingPolicy={}),
+        "exactly one of schedulingPolicy.gang or schedulingPolicy.basic",
+    ),
+    "policy-missing": ({"priority": 5}, "spec.schedulingPolicy: Required value"),
+    "min-count-zero": (
+        _with(schedulingPolicy={"gang": {"minCount": 0}}),
+        "spec.schedulingPolicy.gang.minCount",
+    ),
+    "mode-bogus": (
+        _with(schedulingConstraints={"topology": [{"key": "example.com/rack", "mode": "Bogus"}]}),
+        'Unsupported value: "Bogus"',
+    ),
+    "six-levels": (
+        _with(schedulingConstraints={"topology": [{"key": f"example.com/level{i}"} for i in range(6)]}),
+        "must have at most 5 items",
+    ),
+    "duplicate-keys": (
+        _with(
+            schedulingConstraints={
+                "topology": [{"key": "example.com/rack"}, {"key": "example.com/rack", "mode": "Preferred"}]
+            }
+        ),
+        "topology keys must be distinct",
+    ),
+    "empty-key": (_with(schedulingConstraints={"topology": [{"key": ""}]}), "spec.schedulingConstraints"),
+    "timeout-zero": (_with(scheduleTimeoutSeconds=0), "spec.scheduleTimeoutSeconds"),
+}
+
+
+@pytest.mark.parametrize("case", list(INVALID))
+def test_invalid_podgroups_are_rejected(
+    podgroup_crd: str, objects: client.CustomObjectsApi, namespace: str, case: str
+) -> None:
+    spec, expected = INVALID[case]
+    with pytest.raises(ApiException) as info:
+        _create(objects, namespace, _podgroup(case, spec))
+    assert info.value.status == 422, info.value.body
+    message = json.loads(info.value.body or "{}")["message"]
+    assert expected in message, message

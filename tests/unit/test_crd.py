@@ -1,0 +1,420 @@
+"""crds/podgroup.yaml: names, printer columns, a structural schema, and what it accepts.
+
+A small validator for the OpenAPI subset the CRD uses (type, required, enum, minimum,
+maxItems, ...) checks the issue's example and the invalid specs offline; the two CEL rules
+are mirrored in Python, keyed by their exact text so a changed rule fails here until the
+mirror is updated. The integration suite applies the same file to a real kube-apiserver.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gangsched.model import GROUP, MAX_TOPOLOGY_LEVELS, PLURAL, VERSION, ModelError, parse_pod_group_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_PATH = ROOT / "crds" / "podgroup.yaml"
+EXAMPLES = ROOT / "examples" / "simulate"
+
+Schema = dict[str, Any]
+
+# The issue's example spec.
+EXAMPLE_SPEC: dict[str, Any] = {
+    "schedulingPolicy": {"gang": {"minCount": 8}},
+    "schedulingConstraints": {
+        "topology": [
+            {"key": "example.com/block"},
+            {"key": "example.com/rack", "mode": "Preferred"},
+        ]
+    },
+    "priorityClassName": "high",
+    "scheduleTimeoutSeconds": 600,
+}
+
+# The CEL rules of the CRD, mirrored in Python.
+CEL_RULES: dict[str, Callable[[Any], bool]] = {
+    "has(self.gang) != has(self.basic)": lambda v: ("gang" in v) != ("basic" in v),
+    "self.all(t, self.exists_one(u, u.key == t.key))": lambda v: all(
+        sum(1 for u in v if u["key"] == t["key"]) == 1 for t in v
+    ),
+}
+
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+
+
+# --------------------------------------------------------------------------- the validator
+
+
+def validate(schema: Schema, value: Any, path: str = "") -> list[str]:
+    """Errors of `value` against `schema`; unknown fields count as errors (they would be pruned)."""
+    where = path or "<root>"
+    kind = schema.get("type")
+    if kind == "object":
+        if not isinstance(value, dict):
+            return [f"{where}: expected object"]
+    elif kind == "array":
+        if not isinstance(value, list):
+            return [f"{where}: expected array"]
+    elif kind == "string":
+        if not isinstance(value, str):
+            return [f"{where}: expected string"]
+    elif kind == "integer":
+        if not isinstance(value, int) or isinstance(value, bool):
+            return [f"{where}: expected integer"]
+    elif kind == "boolean":
+        if not isinstance(value, bool):
+            return [f"{where}: expected boolean"]
+    else:
+        return [f"{where}: schema node without a known type: {kind!r}"]
+
+    errors: list[str] = []
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{where}: unsupported value {value!r}")
+    if "minimum" in schema and value < schema["minimum"]:
+        errors.append(f"{where}: should be >= {schema['minimum']}")
+    if "maximum" in schema and value > schema["maximum"]:
+        errors.append(f"{where}: should be <= {schema['maximum']}")
+    bounds = {"int32": INT32, "int64": INT64}.get(schema.get("format", ""))
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        errors.append(f"{where}: out of range for {schema['format']}")
+    if "minLength" in schema and len(value) < schema["minLength"]:
+        errors.append(f"{where}: shorter than {schema['minLength']}")
+    if "maxLength" in schema and len(value) > schema["maxLength"]:
+        errors.append(f"{where}: longer than {schema['maxLength']}")
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        errors.append(f"{where}: more than {schema['maxItems']} items")
+    if "minProperties" in schema and len(value) < schema["minProperties"]:
+        errors.append(f"{where}: fewer than {schema['minProperties']} properties")
+    if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+        errors.append(f"{where}: more than {schema['maxProperties']} properties")
+
+    if kind == "object":
+        properties: dict[str, Schema] = schema.get("properties", {})
+        errors.extend(
+            f"{where}: missing required field {name!r}"
+            for name in schema.get("required", ())
+            if name not in value
+        )
+        for name, item in value.items():
+            if name in properties:
+                errors.extend(validate(properties[name], item, f"{path}.{name}"))
+            elif properties:  # an object without properties (metadata, basic) takes anything
+                errors.append(f"{path}.{name}: unknown field")
+    elif kind == "array":
+        for i, item in enumerate(value):
+            errors.extend(validate(schema["items"], item, f"{path}[{i}]"))
+
+    # As in the apiserver, CEL rules run only on values that passed the rest of the schema.
+    if not errors:
+        for rule in schema.get("x-kubernetes-validations", ()):
+            if not CEL_RULES[rule["rule"]](value):
+                errors.append(f"{where}: {rule['message']}")
+    return errors
+
+
+def apply_defaults(schema: Schema, value: Any) -> Any:
+    """Fill `default`s as the apiserver does before validation (returns a copy)."""
+    value = copy.deepcopy(value)
+    if schema.get("type") == "object" and isinstance(value, dict):
+        for name, sub in schema.get("properties", {}).items():
+            if name not in value and "default" in sub:
+                value[name] = copy.deepcopy(sub["default"])
+            if name in value:
+                value[name] = apply_defaults(sub, value[name])
+    elif schema.get("type") == "array" and isinstance(value, list):
+        value = [apply_defaults(schema["items"], item) for item in value]
+    return value
+
+
+def walk(schema: Schema, path: str = "") -> Iterator[tuple[str, Schema]]:
+    yield path, schema
+    for name, sub in schema.get("properties", {}).items():
+        yield from walk(sub, f"{path}.{name}")
+    if "items" in schema:
+        yield from walk(schema["items"], f"{path}[]")
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def crd() -> dict[str, Any]:
+    docs = [d for d in yaml.safe_load_all(CRD_PATH.read_text()) if d is not None]
+    assert len(docs) == 1
+    loaded: dict[str, Any] = docs[0]
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def version(crd: dict[str, Any]) -> dict[str, Any]:
+    [only] = crd["spec"]["versions"]
+    return dict(only)
+
+
+@pytest.fixture(scope="module")
+def schema(version: dict[str, Any]) -> Schema:
+    return dict(version["schema"]["openAPIV3Schema"])
+
+
+def podgroup(spec: Any, **extra: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": spec,
+    }
+    obj.update(extra)
+    return obj
+
+
+def check(schema: Schema, obj: dict[str, Any]) -> list[str]:
+    return validate(schema, apply_defaults(schema, obj))
+
+
+# --------------------------------------------------------------------------- names and shape
+
+
+def test_names(crd: dict[str, Any], version: dict[str, Any]) -> None:
+    assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert crd["kind"] == "CustomResourceDefinition"
+    assert crd["metadata"]["name"] == f"{PLURAL}.{GROUP}" == "podgroups.scheduling.gangsched.io"
+    spec = crd["spec"]
+    assert spec["group"] == GROUP
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"] == {
+        "kind": "PodGroup",
+        "listKind": "PodGroupList",
+        "plural": "podgroups",
+        "singular": "podgroup",
+        "shortNames": ["pg"],
+    }
+    assert version["name"] == VERSION
+    assert version["served"] is True
+    assert version["storage"] is True
+    assert version["subresources"] == {"status": {}}
+
+
+def test_printer_columns(version: dict[str, Any], schema: Schema) -> None:
+    columns = {c["name"]: (c["type"], c["jsonPath"]) for c in version["additionalPrinterColumns"]}
+    assert columns == {
+        "MinCount": ("integer", ".spec.schedulingPolicy.gang.minCount"),
+        "Phase": ("string", ".status.phase"),
+        "Scheduled": ("integer", ".status.scheduled"),
+        "Running": ("integer", ".status.running"),
+        "Domain": ("string", ".status.domain"),
+        "Age": ("date", ".metadata.creationTimestamp"),
+    }
+    # Every column but Age points at a schema field of the same type.
+    paths = dict(walk(schema))
+    for name, (kind, json_path) in columns.items():
+        if name != "Age":
+            assert paths[json_path]["type"] == kind, name
+
+
+def test_schema_is_structural(crd: dict[str, Any], schema: Schema) -> None:
+    assert crd["spec"].get("preserveUnknownFields", False) is False
+    for path, node in walk(schema):
+        assert "type" in node, f"{path or '<root>'} has no type"
+        # kube-apiserver accepts only `true` or absent here; absent means unknown fields are pruned.
+        assert "x-kubernetes-preserve-unknown-fields" not in node, path
+        assert "additionalProperties" not in node, path
+        if node["type"] == "array":
+            assert "items" in node, path
+        for name in node.get("required", ()):
+            assert name in node.get("properties", {}), f"{path}: required {name} is not a property"
+        for rule in node.get("x-kubernetes-validations", ()):
+            assert rule["rule"] in CEL_RULES, f"{path}: rule {rule['rule']!r} has no Python mirror here"
+            assert rule.get("message"), path
+        for key in node.get("x-kubernetes-list-map-keys", ()):
+            assert key in node["items"].get("required", ()), f"{path}: list map key {key} must be required"
+
+
+def test_spec_fields(schema: Schema) -> None:
+    paths = dict(walk(schema))
+    assert schema["required"] == ["spec"]
+    assert paths[".spec"]["required"] == ["schedulingPolicy"]
+    policy = paths[".spec.schedulingPolicy"]
+    # One CEL rule, not min/maxProperties: those fail first with a vaguer message.
+    assert "maxProperties" not in policy
+    assert [r["rule"] for r in policy["x-kubernetes-validations"]] == ["has(self.gang) != has(self.basic)"]
+    min_count = paths[".spec.schedulingPolicy.gang.minCount"]
+    assert (min_count["type"], min_count["format"], min_count["minimum"]) == ("integer", "int32", 1)
+    assert paths[".spec.schedulingPolicy.gang"]["required"] == ["minCount"]
+    topology = paths[".spec.schedulingConstraints.topology"]
+    assert topology["maxItems"] == MAX_TOPOLOGY_LEVELS == 5
+    key = paths[".spec.schedulingConstraints.topology[].key"]
+    assert (key["type"], key["minLength"], key["maxLength"]) == ("string", 1, 317)
+    assert paths[".spec.schedulingConstraints.topology[]"]["required"] == ["key"]
+    mode = paths[".spec.schedulingConstraints.topology[].mode"]
+    assert (mode["enum"], mode["default"]) == (["Required", "Preferred"], "Required")
+    assert paths[".spec.priorityClassName"]["type"] == "string"
+    assert paths[".spec.priority"]["format"] == "int32"
+    assert paths[".spec.scheduleTimeoutSeconds"]["minimum"] == 1
+
+
+def test_status_fields(schema: Schema) -> None:
+    paths = dict(walk(schema))
+    assert paths[".status.phase"]["enum"] == [
+        "Pending",
+        "Scheduling",
+        "Scheduled",
+        "Running",
+        "Succeeded",
+        "Failed",
+        "Unschedulable",
+    ]
+    assert paths[".status.observedGeneration"]["format"] == "int64"
+    for count in ("pods", "scheduled", "running", "succeeded", "failed"):
+        assert paths[f".status.{count}"]["type"] == "integer"
+        assert paths[f".status.{count}"]["format"] == "int32"
+    assert paths[".status.domain"]["type"] == "string"
+    for stamp in ("scheduledTime", "lastScheduleTime"):
+        assert paths[f".status.{stamp}"]["format"] == "date-time"
+    assert "required" not in paths[".status"]
+    conditions = paths[".status.conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    condition = paths[".status.conditions[]"]
+    assert set(condition["properties"]) == {
+        "type",
+        "status",
+        "reason",
+        "message",
+        "lastTransitionTime",
+        "observedGeneration",
+    }
+    assert set(condition["required"]) == {"type", "status", "reason", "message", "lastTransitionTime"}
+
+
+# --------------------------------------------------------------------------- what it accepts
+
+
+def test_accepts_the_issue_example(schema: Schema) -> None:
+    assert check(schema, podgroup(EXAMPLE_SPEC)) == []
+    defaulted = apply_defaults(schema, podgroup(EXAMPLE_SPEC))
+    modes = [t["mode"] for t in defaulted["spec"]["schedulingConstraints"]["topology"]]
+    assert modes == ["Required", "Preferred"]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({"schedulingPolicy": {"basic": {}}}, id="basic"),
+        pytest.param({"schedulingPolicy": {"gang": {"minCount": 1}}, "priority": -5}, id="gang-priority"),
+        pytest.param(
+            {
+                "schedulingPolicy": {"gang": {"minCount": 2}},
+                "schedulingConstraints": {"topology": [{"key": f"level{i}"} for i in range(5)]},
+            },
+            id="five-levels",
+        ),
+    ],
+)
+def test_accepts_valid_specs(schema: Schema, spec: dict[str, Any]) -> None:
+    assert check(schema, podgroup(spec)) == []
+    parse_pod_group_spec(spec)  # the model agrees
+
+
+def test_accepts_a_full_status(schema: Schema) -> None:
+    status = {
+        "phase": "Scheduled",
+        "observedGeneration": 3,
+        "conditions": [
+            {
+                "type": "PodGroupScheduled",
+                "status": "True",
+                "reason": "Scheduled",
+                "message": "placed 8/8 pending pods",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+                "observedGeneration": 3,
+            }
+        ],
+        "pods": 8,
+        "scheduled": 8,
+        "running": 0,
+        "succeeded": 0,
+        "failed": 0,
+        "domain": "example.com/block=b0",
+        "scheduledTime": "2026-01-01T00:00:00Z",
+        "lastScheduleTime": "2026-01-01T00:00:00Z",
+    }
+    assert check(schema, podgroup(EXAMPLE_SPEC, status=status)) == []
+    assert check(schema, podgroup(EXAMPLE_SPEC, status={**status, "phase": "Done"}))
+
+
+def _bad(**changes: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(EXAMPLE_SPEC)
+    spec.update(changes)
+    return spec
+
+
+BAD_SPECS = {
+    "both-policies": (
+        _bad(schedulingPolicy={"gang": {"minCount": 2}, "basic": {}}),
+        "exactly one of schedulingPolicy.gang or schedulingPolicy.basic",
+    ),
+    "no-policy": (
+        _bad(schedulingPolicy={}),
+        "exactly one of schedulingPolicy.gang or schedulingPolicy.basic",
+    ),
+    "policy-missing": ({"priority": 3}, "missing required field 'schedulingPolicy'"),
+    "min-count-zero": (_bad(schedulingPolicy={"gang": {"minCount": 0}}), "minCount: should be >= 1"),
+    "min-count-missing": (_bad(schedulingPolicy={"gang": {}}), "missing required field 'minCount'"),
+    "min-count-string": (_bad(schedulingPolicy={"gang": {"minCount": "8"}}), "expected integer"),
+    "min-count-int64": (_bad(schedulingPolicy={"gang": {"minCount": 2**31}}), "out of range for int32"),
+    "mode-bogus": (
+        _bad(schedulingConstraints={"topology": [{"key": "example.com/rack", "mode": "Bogus"}]}),
+        "unsupported value 'Bogus'",
+    ),
+    "six-levels": (
+        _bad(schedulingConstraints={"topology": [{"key": f"level{i}"} for i in range(6)]}),
+        "more than 5 items",
+    ),
+    "duplicate-keys": (
+        _bad(
+            schedulingConstraints={
+                "topology": [{"key": "example.com/rack"}, {"key": "example.com/rack", "mode": "Preferred"}]
+            }
+        ),
+        "topology keys must be distinct",
+    ),
+    "empty-key": (_bad(schedulingConstraints={"topology": [{"key": ""}]}), "shorter than 1"),
+    "key-too-long": (_bad(schedulingConstraints={"topology": [{"key": "k" * 318}]}), "longer than 317"),
+    "key-missing": (_bad(schedulingConstraints={"topology": [{"mode": "Required"}]}), "missing required"),
+    "timeout-zero": (_bad(scheduleTimeoutSeconds=0), "should be >= 1"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_SPECS))
+def test_rejects_invalid_specs(schema: Schema, name: str) -> None:
+    spec, expected = BAD_SPECS[name]
+    errors = check(schema, podgroup(spec))
+    assert errors, f"{name} was accepted"
+    assert any(expected in e for e in errors), errors
+
+
+@pytest.mark.parametrize("name", [n for n in BAD_SPECS if n not in ("min-count-string", "min-count-int64")])
+def test_model_rejects_what_the_crd_rejects(name: str) -> None:
+    # The simulator reads files the apiserver never saw, so the model enforces the same rules.
+    # (pydantic's lax mode takes "8" for 8, and the model does not bound minCount to int32.)
+    with pytest.raises(ModelError):
+        parse_pod_group_spec(BAD_SPECS[name][0])
+
+
+def test_example_podgroups_validate(schema: Schema) -> None:
+    groups = [
+        doc
+        for path in sorted(EXAMPLES.glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if isinstance(doc, dict) and doc.get("kind") == "PodGroup"
+    ]
+    assert len(groups) >= 3
+    for group in groups:
+        assert check(schema, group) == [], group["metadata"]["name"]

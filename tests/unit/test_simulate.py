@@ -1,0 +1,527 @@
+"""`gangsched simulate` end to end through the click entry point (no cluster)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+
+from gangsched.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU = "nvidia.com/gpu"
+GROUP_LABEL = "scheduling.gangsched.io/pod-group"
+
+POD_KEYS = {"namespace", "name", "podGroup", "node"}
+GROUP_KEYS = {"namespace", "name", "scheduled", "reason", "message"}
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def node(name: str, *, gpu: int = 8, cpu: str = "32", labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "status": {"allocatable": {"cpu": cpu, "memory": "256Gi", "pods": "110", GPU: str(gpu)}},
+    }
+
+
+def pod(
+    name: str,
+    *,
+    group: str | None = None,
+    namespace: str | None = "ml",
+    gpu: int = 1,
+    cpu: str = "1",
+    node_name: str | None = None,
+    scheduler: str | None = "gangsched",
+    phase: str | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    if group is not None:
+        meta["labels"] = {GROUP_LABEL: group}
+    resources: dict[str, Any] = {"requests": {"cpu": cpu}}
+    if gpu:
+        resources["limits"] = {GPU: gpu}
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "img", "resources": resources}]}
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    if node_name is not None:
+        spec["nodeName"] = node_name
+    obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    if phase is not None:
+        obj["status"] = {"phase": phase}
+    return obj
+
+
+def pod_group(
+    name: str,
+    *,
+    min_count: int | None = None,
+    namespace: str | None = "ml",
+    spec: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    if spec is None:
+        policy = {"gang": {"minCount": min_count}} if min_count is not None else {"basic": {}}
+        spec = {"schedulingPolicy": policy}
+    return {
+        "apiVersion": "scheduling.gangsched.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": meta,
+        "spec": spec,
+    }
+
+
+def write(path: Path, *docs: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".json":
+        [doc] = docs
+        path.write_text(json.dumps(doc))
+    else:
+        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return path
+
+
+def simulate(*args: str | Path) -> Result:
+    return CliRunner().invoke(main, ["simulate", *map(str, args)])
+
+
+def simulate_json(*args: str | Path) -> dict[str, Any]:
+    result = simulate(*args, "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+    out: dict[str, Any] = json.loads(result.stdout)
+    return out
+
+
+def by_name(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {row["name"]: row for row in rows}
+
+
+# --------------------------------------------------------------------------- output shape
+
+
+def test_json_shape(tmp_path: Path) -> None:
+    write(
+        tmp_path / "in.yaml",
+        node("n1"),
+        pod_group("train", min_count=2),
+        pod("train-0", group="train"),
+        pod("train-1", group="train"),
+        pod("solo"),  # a gangsched pod without a group: a group of one, not a PodGroup
+    )
+    out = simulate_json(tmp_path)
+    assert set(out) == {"pods", "podGroups"}
+    assert all(set(row) == POD_KEYS for row in out["pods"])
+    assert all(set(row) == GROUP_KEYS for row in out["podGroups"])
+    assert out["pods"] == [
+        {"namespace": "ml", "name": "solo", "podGroup": None, "node": "n1"},
+        {"namespace": "ml", "name": "train-0", "podGroup": "train", "node": "n1"},
+        {"namespace": "ml", "name": "train-1", "podGroup": "train", "node": "n1"},
+    ]
+    [group] = out["podGroups"]
+    assert group["namespace"] == "ml"
+    assert group["name"] == "train"
+    assert group["scheduled"] is True
+    assert group["reason"] == "Scheduled"
+    assert isinstance(group["message"], str)
+    assert group["message"]
+
+
+def test_one_entry_per_pending_pod_and_per_group_with_pending_pods(tmp_path: Path) -> None:
+    write(
+        tmp_path / "in.yaml",
+        node("n1"),
+        node("n2"),
+        pod_group("a", min_count=2),
+        pod("a-0", group="a"),
+        pod("a-1", group="a", node_name="n1"),  # bound: load, not an entry
+        pod_group("done", min_count=1),
+        pod("done-0", group="done", node_name="n2"),  # no pending pods: no group entry
+        pod_group("unused", min_count=1),  # no pods at all
+    )
+    out = simulate_json(tmp_path)
+    assert [p["name"] for p in out["pods"]] == ["a-0"]
+    assert [(g["name"], g["reason"]) for g in out["podGroups"]] == [("a", "Scheduled")]
+
+
+def test_no_pending_pods(tmp_path: Path) -> None:
+    write(tmp_path / "in.yaml", node("n1"))
+    assert simulate_json(tmp_path) == {"pods": [], "podGroups": []}
+    result = simulate(tmp_path)
+    assert result.exit_code == 0
+    assert "no pending pods to place" in result.stdout
+
+
+def test_text_output_is_a_table(tmp_path: Path) -> None:
+    write(
+        tmp_path / "in.yaml",
+        node("n1", gpu=2),
+        pod_group("fits", min_count=2),
+        pod("fits-0", group="fits"),
+        pod("fits-1", group="fits"),
+        pod_group("big", min_count=1),
+        pod("big-0", group="big", gpu=4),
+    )
+    result = simulate(tmp_path)  # text is the default
+    assert result.exit_code == 0, result.output
+    assert result.stdout == simulate(tmp_path, "-o", "text").stdout
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["PODGROUP", "REASON", "MESSAGE"]
+    assert lines[1].split()[:2] == ["ml/big", "Unschedulable"]
+    assert "Insufficient nvidia.com/gpu" in lines[1]
+    assert lines[2].split()[:2] == ["ml/fits", "Scheduled"]
+    header = lines.index(next(line for line in lines if line.startswith("POD ")))
+    assert lines[header].split() == ["POD", "PODGROUP", "NODE"]
+    rows = [line.split() for line in lines[header + 1 : header + 4]]
+    assert rows == [
+        ["ml/big-0", "big", "<pending:", "Unschedulable>"],
+        ["ml/fits-0", "fits", "n1"],
+        ["ml/fits-1", "fits", "n1"],
+    ]
+    assert lines[-1] == "2/3 pending pods placed; 2 pod groups"
+
+
+# --------------------------------------------------------------------------- reading inputs
+
+
+def test_directories_are_searched_recursively(tmp_path: Path) -> None:
+    write(tmp_path / "cluster" / "nodes" / "n1.yml", node("n1"))
+    write(tmp_path / "cluster" / "group.json", pod_group("g", min_count=2))
+    write(tmp_path / "work" / "deep" / "er" / "pods.yaml", pod("g-0", group="g"), pod("g-1", group="g"))
+    (tmp_path / "work" / "notes.txt").write_text("kind: Pod\nthis is not read: [")
+    (tmp_path / "work" / "README.md").write_text("# not read")
+    out = simulate_json(tmp_path)
+    assert [(p["name"], p["node"]) for p in out["pods"]] == [("g-0", "n1"), ("g-1", "n1")]
+
+
+def test_several_paths_files_and_directories(tmp_path: Path) -> None:
+    nodes = write(tmp_path / "a" / "nodes.yaml", node("n1"))
+    write(tmp_path / "b" / "pods.yaml", pod_group("g", min_count=1), pod("g-0", group="g"))
+    out = simulate_json(nodes, tmp_path / "b")
+    assert out["pods"][0]["node"] == "n1"
+
+
+def test_multi_document_yaml_and_lists(tmp_path: Path) -> None:
+    path = tmp_path / "in.yaml"
+    path.write_text(
+        "---\n"
+        + yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [node("n1"), node("n2")]})
+        + "---\n"  # an empty document is fine
+        + "---\n"
+        + yaml.safe_dump(pod_group("g", min_count=3))
+        + "---\n"
+        + yaml.safe_dump(
+            {"apiVersion": "v1", "kind": "PodList", "items": [pod("g-0", group="g"), pod("g-1", group="g")]}
+        )
+        + "---\n"
+        + yaml.safe_dump(pod("g-2", group="g"))
+    )
+    out = simulate_json(path)
+    assert [p["name"] for p in out["pods"]] == ["g-0", "g-1", "g-2"]
+    assert all(p["node"] in ("n1", "n2") for p in out["pods"])
+    assert out["podGroups"][0]["reason"] == "Scheduled"
+
+
+def test_json_list_file(tmp_path: Path) -> None:
+    write(
+        tmp_path / "all.json",
+        {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [node("n1"), pod_group("g", min_count=1), pod("g-0", group="g")],
+        },
+    )
+    assert simulate_json(tmp_path)["pods"][0]["node"] == "n1"
+
+
+def test_a_missing_namespace_means_default(tmp_path: Path) -> None:
+    write(
+        tmp_path / "in.yaml",
+        node("n1"),
+        pod_group("g", min_count=2, namespace=None),
+        pod("g-0", group="g", namespace=None),
+        pod("g-1", group="g", namespace="default"),
+    )
+    out = simulate_json(tmp_path)
+    assert [(p["namespace"], p["node"]) for p in out["pods"]] == [("default", "n1"), ("default", "n1")]
+    assert [(g["namespace"], g["name"], g["reason"]) for g in out["podGroups"]] == [
+        ("default", "g", "Scheduled")
+    ]
+
+
+def test_a_group_is_matched_in_its_own_namespace_only(tmp_path: Path) -> None:
+    write(
+        tmp_path / "in.yaml",
+        node("n1"),
+        pod_group("g", min_count=1, namespace="a"),
+        pod("p", group="g", namespace="b"),
+    )
+    [group] = simulate_json(tmp_path)["podGroups"]
+    assert (group["namespace"], group["reason"]) == ("b", "PodGroupNotFound")
+
+
+# --------------------------------------------------------------------------- what gets placed
+
+
+def test_bound_pods_are_load_whoever_scheduled_them(tmp_path: Path) -> None:
+    cluster = [node("n1", gpu=8), pod("other", namespace="x", gpu=6, node_name="n1", scheduler=None)]
+    gang = [pod_group("g", min_count=1), pod("g-0", group="g", gpu=4)]
+    write(tmp_path / "in.yaml", *cluster, *gang)
+    [group] = simulate_json(tmp_path)["podGroups"]
+    assert (group["scheduled"], group["reason"]) == (False, "Unschedulable")
+    assert "Insufficient nvidia.com/gpu" in group["message"]
+
+    # Without that load the pod fits; a finished pod on the node holds nothing either.
+    write(
+        tmp_path / "in.yaml",
+        node("n1", gpu=8),
+        pod("old", namespace="x", gpu=6, node_name="n1", scheduler=None, phase="Succeeded"),
+        *gang,
+    )
+    out = simulate_json(tmp_path)
+    assert out["pods"] == [{"namespace": "ml", "name": "g-0", "podGroup": "g", "node": "n1"}]
+
+
+def test_a_gang_is_all_or_nothing(tmp_path: Path) -> None:
+    write(
+        tmp_path / "in.yaml",
+        node("n1", gpu=8),
+        pod_group("g", min_count=3),
+        *(pod(f"g-{i}", group="g", gpu=4) for i in range(3)),
+    )
+    out = simulate_json(tmp_path)
+    assert [p["node"] for p in out["pods"]] == [None, None, None]
+    [group] = out["podGroups"]
+    assert (group["scheduled"], group["reason"]) == (False, "Unschedulable")
+
+
+def test_other_schedulers_pods_are_ignored(tmp_path: Path) -> None:
+    write(
+        tmp_path / "in.yaml",
+        node("n1"),
+        pod_group("g", min_count=1),
+        pod("mine", group="g"),
+        pod("theirs", scheduler="volcano"),
+        pod("default", scheduler=None),
+    )
+    out = simulate_json(tmp_path)
+    assert [p["name"] for p in out["pods"]] == ["mine"]
+
+    result = simulate(tmp_path, "-o", "json", "--scheduler-name", "volcano")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out == {
+        "pods": [{"namespace": "ml", "name": "theirs", "podGroup": None, "node": "n1"}],
+        "podGroups": [],
+    }
+
+
+def test_pod_group_not_found(tmp_path: Path) -> None:
+    write(tmp_path / "in.yaml", node("n1"), pod("lost-0", group="lost"), pod("lost-1", group="lost"))
+    out = simulate_json(tmp_path)
+    assert [p["node"] for p in out["pods"]] == [None, None]
+    [group] = out["podGroups"]
+    assert group["name"] == "lost"
+    assert group["scheduled"] is False
+    assert group["reason"] == "PodGroupNotFound"
+    assert "ml/lost" in group["message"]
+
+
+def test_waiting_for_pods(tmp_path: Path) -> None:
+    write(
+        tmp_path / "in.yaml",
+        node("n1"),
+        pod_group("g", min_count=4),
+        pod("g-0", group="g"),
+        pod("g-1", group="g"),
+    )
+    out = simulate_json(tmp_path)
+    assert [p["node"] for p in out["pods"]] == [None, None]
+    [group] = out["podGroups"]
+    assert (group["scheduled"], group["reason"]) == (False, "WaitingForPods")
+    assert "2/4" in group["message"]
+
+
+def test_priority_classes_order_the_queue(tmp_path: Path) -> None:
+    # One node, room for one of the two gangs: the higher priority wins, whatever the names.
+    write(
+        tmp_path / "in.yaml",
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "high"},
+            "value": 1000,
+        },
+        node("n1", gpu=4),
+        pod_group("a", spec={"schedulingPolicy": {"gang": {"minCount": 1}}}),
+        pod("a-0", group="a", gpu=4),
+        pod_group("z", spec={"schedulingPolicy": {"gang": {"minCount": 1}}, "priorityClassName": "high"}),
+        pod("z-0", group="z", gpu=4),
+    )
+    groups = by_name(simulate_json(tmp_path)["podGroups"])
+    assert groups["z"]["scheduled"] is True
+    assert groups["a"]["scheduled"] is False
+
+
+def test_unsupported_kinds_give_one_warning_line(tmp_path: Path) -> None:
+    write(
+        tmp_path / "in.yaml",
+        node("n1"),
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d1"}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d2"}},
+        # The native v1.36 PodGroup is another API: not read as a gangsched one.
+        {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": {"name": "g"}},
+        pod_group("g", min_count=1),
+        pod("g-0", group="g"),
+    )
+    result = simulate(tmp_path, "-o", "json")
+    assert result.exit_code == 0, result.output
+    warning = result.stderr.splitlines()
+    assert len(warning) == 1, result.stderr
+    assert warning[0].startswith("warning:")
+    for kind in ("Service", "Deployment", "scheduling.k8s.io/v1alpha2/PodGroup"):
+        assert kind in warning[0]
+    assert json.loads(result.stdout)["pods"][0]["node"] == "n1"
+
+
+# --------------------------------------------------------------------------- invalid input
+
+
+def _invalid_cases() -> dict[str, tuple[str, str]]:
+    """name -> (file content with the bad object in document 1, expected text in the error)."""
+    good = yaml.safe_dump(node("n1"))
+    bad_quantity = pod("p")
+    bad_quantity["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2 cores"
+    no_name = pod("p")
+    del no_name["metadata"]["name"]
+    both = pod_group("g", spec={"schedulingPolicy": {"gang": {"minCount": 2}, "basic": {}}})
+    unknown = pod_group("g", spec={"schedulingPolicy": {"strict": {"minCount": 2}}})
+    bad_meta = pod("p")
+    bad_meta["metadata"] = "p"
+    bad_priority = pod("p")
+    bad_priority["spec"]["priority"] = "high"
+    bad_class = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "x"},
+        "value": "1",
+    }
+    bad_node = node("n2")
+    bad_node["status"]["allocatable"]["memory"] = None
+
+    def doc1(obj: Any) -> str:
+        return good + "---\n" + yaml.safe_dump(obj)
+
+    return {
+        "bad-quantity": (doc1(bad_quantity), "invalid quantity '2 cores'"),
+        "bad-node-quantity": (doc1(bad_node), "invalid quantity None"),
+        "malformed-yaml": (good + "---\nkind: Pod\nmetadata: {name: [unclosed\n", "not valid YAML"),
+        "pod-without-name": (doc1(no_name), "metadata.name is required"),
+        "both-policies": (doc1(both), "exactly one of schedulingPolicy.gang or schedulingPolicy.basic"),
+        "unknown-policy": (doc1(unknown), "spec.schedulingPolicy.strict"),
+        "metadata-not-an-object": (doc1(bad_meta), "metadata must be an object"),
+        "priority-not-an-integer": (doc1(bad_priority), "spec.priority"),
+        "priority-class-value": (doc1(bad_class), "value must be an integer"),
+        "scalar-document": (good + "---\njust a string\n", "a document must be an object"),
+        "list-without-items": (doc1({"apiVersion": "v1", "kind": "List"}), "a List needs items"),
+        "duplicate-node": (doc1(node("n1")), "Node n1: duplicate of the Node in "),
+    }
+
+
+INVALID = _invalid_cases()
+
+
+@pytest.mark.parametrize("case", list(INVALID))
+def test_invalid_input_exits_2_with_one_line(tmp_path: Path, case: str) -> None:
+    content, expected = INVALID[case]
+    write(tmp_path / "ok.yaml", pod_group("fine", min_count=1))
+    path = tmp_path / "zz-input.yaml"
+    path.write_text(content)
+    result = simulate(tmp_path, "-o", "json")
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    [line] = lines
+    assert "Traceback" not in line
+    assert str(path) in line
+    assert "(document 1)" in line
+    assert expected in line
+
+
+def test_duplicate_objects_are_an_input_error(tmp_path: Path) -> None:
+    first = write(tmp_path / "a.yaml", node("n1"), pod("p", namespace="x"), pod("p", namespace="y"))
+    second = write(tmp_path / "b.yaml", pod("p", namespace="y"))
+    result = simulate(tmp_path)
+    assert result.exit_code == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        f"error: {second} (document 0): Pod p: duplicate of the Pod in {first} (document 2)"
+    )
+
+
+def test_invalid_json(tmp_path: Path) -> None:
+    path = tmp_path / "in.json"
+    path.write_text('{"kind": "Node", ')
+    result = simulate(path)
+    assert result.exit_code == 2
+    [line] = result.stderr.splitlines()
+    assert str(path) in line
+    assert "(document 0)" in line
+    assert "not valid JSON" in line
+
+
+def test_missing_priority_class_is_an_input_error(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "in.yaml",
+        pod_group("g", spec={"schedulingPolicy": {"basic": {}}, "priorityClassName": "nope"}),
+    )
+    result = simulate(path)
+    assert result.exit_code == 2
+    [line] = result.stderr.splitlines()
+    assert "(document 0)" in line
+    assert "PriorityClass 'nope' not found" in line
+
+
+def test_a_missing_path_exits_2(tmp_path: Path) -> None:
+    result = simulate(tmp_path / "nope.yaml")
+    assert result.exit_code == 2
+    [line] = result.stderr.splitlines()
+    assert "nope.yaml" in line
+    assert "Traceback" not in result.output
+
+
+# --------------------------------------------------------------------------- the shipped example
+
+
+def test_the_example_directory() -> None:
+    out = simulate_json(ROOT / "examples" / "simulate")
+    groups = by_name(out["podGroups"])
+    assert set(groups) == {"train", "pretrain-xl", "finetune"}
+    nodes = {p["name"]: p["node"] for p in out["pods"]}
+    # train: one Preferred rack holds all 8 workers.
+    assert {nodes[f"train-worker-{i}"].rsplit("-", 1)[0] for i in range(8)} == {"gpu-b0-r1"}
+    assert groups["train"]["scheduled"] is True
+    # pretrain-xl cannot fit any block: nothing placed, an explanation instead.
+    assert groups["pretrain-xl"]["reason"] == "Unschedulable"
+    assert all(nodes[f"pretrain-xl-{i}"] is None for i in range(16))
+    assert "nvidia.com/gpu" in groups["pretrain-xl"]["message"]
+    # finetune (launcher + 6 workers) is behind it and still placed, in one block.
+    assert groups["finetune"]["scheduled"] is True
+    finetune = [n for name, n in nodes.items() if name.startswith("finetune-")]
+    assert len(finetune) == 7
+    assert all(n is not None and n.startswith("gpu-b1-") for n in finetune)
