@@ -166,10 +166,12 @@ class Binder:
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+    async def _call(self, method: str, path: str, *, delay: float = 0.0, **kwargs: Any) -> Any:
         """One request with retries on transient failures; raises ApiException otherwise."""
         loop = asyncio.get_running_loop()
         async with self._slots:
+            if delay:
+                await asyncio.sleep(delay)
             async for attempt in AsyncRetrying(
                 retry=retry_if_exception(_transient),
                 stop=stop_after_attempt(self.attempts),
@@ -186,12 +188,9 @@ class Binder:
 
     async def bind(self, pod: Pod, node: str) -> BindResult:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
-        if self.bind_delay_seconds:
-            async with self._slots:
-                await asyncio.sleep(self.bind_delay_seconds)
         self.binds_sent += 1
         try:
-            await self._call("POST", path, body=binding_body(pod, node))
+            await self._call("POST", path, body=binding_body(pod, node), delay=self.bind_delay_seconds)
         except ApiException as exc:
             if exc.status == 409:
                 self.conflicts += 1

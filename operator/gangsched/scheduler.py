@@ -41,7 +41,8 @@ class SchedulerConfig:
     # None: every namespace. Capacity always counts pods of every namespace.
     namespaces: frozenset[str] | None = None
     backoff_initial_seconds: float = 1.0
-    backoff_max_seconds: float = 60.0
+    # As kube-scheduler's podMaxBackoffSeconds: a cluster change is noticed within this.
+    backoff_max_seconds: float = 10.0
     # An unschedulable group is retried at least this often even if nothing changed.
     resync_seconds: float = 60.0
     # Rollback of a partial gang when the PodGroup sets no scheduleTimeoutSeconds.
@@ -236,19 +237,22 @@ class Scheduler:
                 self.dirty.add(key)
                 self._spawn(self._bind_group(decision, assignments))
                 continue
-            state.backoff = min(
-                max(state.backoff * 2, self.config.backoff_initial_seconds), self.config.backoff_max_seconds
-            )
-            state.next_attempt = now + state.backoff
             state.failed_generation = self.cache.generation
             state.last_attempt = now
+            if decision.reason in (WAITING_FOR_PODS, POD_GROUP_NOT_FOUND):
+                # Nothing to back off from: the next pod or PodGroup event settles it.
+                state.backoff = state.next_attempt = 0.0
+            else:
+                doubled = max(state.backoff * 2, self.config.backoff_initial_seconds)
+                state.backoff = min(doubled, self.config.backoff_max_seconds)
+                state.next_attempt = now + state.backoff
+                self._wake_later(state.backoff)
             if state.unschedulable_since is None and decision.reason not in (
                 WAITING_FOR_PODS,
                 POD_GROUP_NOT_FOUND,
             ):
                 state.unschedulable_since = now
             state.verdict = Verdict(reason=decision.reason, message=decision.message)
-            self._wake_later(state.backoff)
             if decision.is_pod_group and decision.reason != POD_GROUP_NOT_FOUND:
                 self.dirty.add(key)
                 if state.last_event != decision.message:
