@@ -25,10 +25,21 @@ from pathlib import Path
 from typing import Any
 
 from gangsched.engine import schedule_groups
-from gangsched.model import POD_GROUP_LABEL, GroupRequest, Node, Pod, TopologyConstraint, parse_node, parse_pod
+from gangsched.model import (
+    POD_GROUP_LABEL,
+    GroupRequest,
+    Node,
+    Pod,
+    TopologyConstraint,
+    parse_node,
+    parse_pod,
+)
 from gangsched.snapshot import Snapshot
 
-ZONE, BLOCK, RACK, HOST = "topology.kubernetes.io/zone", "example.com/block", "example.com/rack", "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+BLOCK = "example.com/block"
+RACK = "example.com/rack"
+HOST = "kubernetes.io/hostname"
 GPU = "nvidia.com/gpu"
 
 
@@ -107,7 +118,8 @@ def placement_case(pods: int, repeat: int) -> dict[str, Any]:
         decisions, _ = schedule_groups(snap, [group])
         times.append((time.perf_counter() - t0) * 1000)
         decision = decisions[0]
-    assert decision is not None and decision.scheduled, decision
+    assert decision is not None
+    assert decision.scheduled, decision
     return {
         "case": f"gang-{pods}",
         "nodes": len(nodes),
@@ -138,7 +150,10 @@ def simulate_case(repeat: int) -> dict[str, Any]:
                 "apiVersion": "scheduling.gangsched.io/v1alpha1",
                 "kind": "PodGroup",
                 "metadata": {"name": f"g{g}", "namespace": "bench"},
-                "spec": {"schedulingPolicy": {"gang": {"minCount": size}}, "schedulingConstraints": {"topology": topology}},
+                "spec": {
+                    "schedulingPolicy": {"gang": {"minCount": size}},
+                    "schedulingConstraints": {"topology": topology},
+                },
             }
         )
         for i in range(size):
