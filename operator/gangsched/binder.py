@@ -150,6 +150,7 @@ class Binder:
         concurrency: int = 32,
         attempts: int = 5,
         bind_delay_seconds: float = 0.0,
+        instance: str | None = None,
     ) -> None:
         self.api = api
         # Fault injection for tests (GANGSCHED_FAULT_BIND_DELAY_SECONDS): slow binds down so a
@@ -157,7 +158,8 @@ class Binder:
         self.bind_delay_seconds = bind_delay_seconds
         self.concurrency = concurrency
         self.attempts = attempts
-        self.instance = f"{COMPONENT}-{uuid.uuid4().hex[:8]}"
+        # Who wrote an Event (its reportingInstance): the pod name in a Deployment.
+        self.instance = instance or f"{COMPONENT}-{uuid.uuid4().hex[:8]}"
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gangsched-api")
         self._slots = asyncio.Semaphore(concurrency)
         self.binds_sent = 0

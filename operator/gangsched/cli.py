@@ -78,6 +78,23 @@ def simulate(paths: tuple[Path, ...], output: str, scheduler_name: str) -> None:
 )
 @click.option("--log-format", type=click.Choice(["human", "json"]), default="human", show_default=True)
 @click.option("--verbose", "-v", is_flag=True)
+@click.option(
+    "--leader-elect/--no-leader-elect",
+    default=False,
+    show_default=True,
+    help="Hold a Lease before scheduling, so that of several replicas exactly one schedules.",
+)
+@click.option(
+    "--lease-namespace",
+    envvar="POD_NAMESPACE",
+    default="gangsched-system",
+    show_default=True,
+    help="Namespace of the Lease (default: $POD_NAMESPACE).",
+)
+@click.option("--lease-name", default=None, help="Lease name. Default: the scheduler name.")
+@click.option("--lease-duration", type=float, default=8.0, show_default=True)
+@click.option("--renew-deadline", type=float, default=6.0, show_default=True)
+@click.option("--retry-period", type=float, default=2.0, show_default=True)
 def run(
     namespaces: tuple[str, ...],
     all_namespaces: bool,
@@ -87,14 +104,34 @@ def run(
     concurrency: int,
     log_format: str,
     verbose: bool,
+    leader_elect: bool,
+    lease_namespace: str,
+    lease_name: str | None,
+    lease_duration: float,
+    renew_deadline: float,
+    retry_period: float,
 ) -> None:
     """Run the scheduler: watch PodGroups, Pods and Nodes; place gangs; bind them."""
+    from gangsched.leader import LeaseConfig, default_identity
     from gangsched.runtime import RunOptions
     from gangsched.runtime import run as run_operator
     from gangsched.scheduler import SchedulerConfig
 
     if namespaces and all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces are exclusive")
+    lease = None
+    if leader_elect:
+        try:
+            lease = LeaseConfig(
+                namespace=lease_namespace,
+                name=lease_name or scheduler_name,
+                identity=default_identity(),
+                lease_duration=lease_duration,
+                renew_deadline=renew_deadline,
+                retry_period=retry_period,
+            )
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
     options = RunOptions(
         scheduler=SchedulerConfig(
             scheduler_name=scheduler_name,
@@ -105,6 +142,7 @@ def run(
         concurrency=concurrency,
         log_format=log_format,
         verbose=verbose,
+        lease=lease,
     )
     run_operator(options)
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 from typing import Any
 
 import kopf
 
 from gangsched.cluster import ClusterCache
+from gangsched.leader import LeaderElector
 from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
 from gangsched.scheduler import Scheduler
 
@@ -27,14 +30,15 @@ def build_registry(
     cache: ClusterCache,
     scheduler: Scheduler,
     prime: Any,
-    loop_gate: Any = None,
+    elector: LeaderElector | None = None,
     bound_event_delay_seconds: float = 0.0,
 ) -> kopf.OperatorRegistry:
     """A registry whose handlers close over this operator's cache and scheduler.
 
     `prime` is an async callable that fills the cache from consistent LISTs before the loop
-    starts (kopf gives on.event handlers no "initial listing done" signal). `loop_gate`,
-    when given, is awaited before the loop starts: leader election plugs in there.
+    starts (kopf gives on.event handlers no "initial listing done" signal). With an
+    `elector`, the loop starts only once this replica holds the lease: a standby keeps its
+    cache warm from the watches but never decides, binds or writes.
     `bound_event_delay_seconds` is fault injection for tests (GANGSCHED_FAULT_WATCH_DELAY_SECONDS):
     events of bound pods reach the cache late, as from a lagging watch.
     """
@@ -49,11 +53,20 @@ def build_registry(
         settings.networking.request_timeout = 60
 
         async def main() -> None:
-            if loop_gate is not None:
-                await loop_gate()
+            if elector is not None:
+                await elector.acquire()
+                keeper = asyncio.get_running_loop().create_task(elector.keep(on_lost))
+                tasks.append(keeper)
             await prime()
             scheduler.wake()
             await scheduler.run()
+
+        def on_lost() -> None:
+            # Fence first (no bind may start once another replica can lead), then exit
+            # so the Deployment restarts this one as a standby.
+            tasks[0].cancel()
+            asyncio.get_running_loop().create_task(scheduler.stop())
+            os.kill(os.getpid(), signal.SIGTERM)
 
         tasks.append(asyncio.get_running_loop().create_task(main()))
 
@@ -63,13 +76,21 @@ def build_registry(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await scheduler.stop()
+        if elector is not None:
+            await elector.release()
 
     @kopf.on.probe(id="scheduler", registry=registry)
     async def probe(**_: Any) -> dict[str, Any]:
         age = scheduler.clock() - scheduler.heartbeat
         if tasks and tasks[0].done():
             raise kopf.PermanentError("the scheduling loop has stopped")
-        return {"cycles": scheduler.cycles, "loop_age_seconds": round(age, 1), "pods": len(cache.pods)}
+        leading = elector is None or elector.leading
+        return {
+            "leading": leading,
+            "cycles": scheduler.cycles,
+            "loop_age_seconds": round(age, 1) if leading else None,
+            "pods": len(cache.pods),
+        }
 
     @kopf.on.event("", "v1", "pods", registry=registry)
     async def on_pod(event: kopf.RawEvent, **_: Any) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ from gangsched._rawapi import request_json
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache
 from gangsched.handlers import build_registry
+from gangsched.leader import LeaderElector, LeaseConfig, default_identity
 from gangsched.model import GROUP, PLURAL, VERSION
 from gangsched.scheduler import Scheduler, SchedulerConfig
 
@@ -34,6 +35,7 @@ class RunOptions:
     concurrency: int = 32
     log_format: str = "human"
     verbose: bool = False
+    lease: LeaseConfig | None = None
 
 
 def api_client(*, kubeconfig: str | None, pool: int) -> client.ApiClient:
@@ -85,7 +87,7 @@ async def prime(cache: ClusterCache, api: client.ApiClient) -> None:
     )
 
 
-def run(options: RunOptions, *, loop_gate: Callable[[], Awaitable[None]] | None = None) -> None:
+def run(options: RunOptions) -> None:
     kopf.configure(
         verbose=options.verbose,
         log_format=kopf.LogFormat.JSON if options.log_format == "json" else kopf.LogFormat.FULL,
@@ -100,6 +102,7 @@ def run(options: RunOptions, *, loop_gate: Callable[[], Awaitable[None]] | None 
         api=api,
         concurrency=options.concurrency,
         bind_delay_seconds=float(os.environ.get("GANGSCHED_FAULT_BIND_DELAY_SECONDS", "0")),
+        instance=options.lease.identity if options.lease else default_identity(),
     )
     scheduler = Scheduler(cache=cache, binder=binder, config=options.scheduler)
 
@@ -110,7 +113,7 @@ def run(options: RunOptions, *, loop_gate: Callable[[], Awaitable[None]] | None 
         cache=cache,
         scheduler=scheduler,
         prime=do_prime,
-        loop_gate=loop_gate,
+        elector=LeaderElector(api=api, config=options.lease) if options.lease else None,
         bound_event_delay_seconds=float(os.environ.get("GANGSCHED_FAULT_WATCH_DELAY_SECONDS", "0")),
     )
 
