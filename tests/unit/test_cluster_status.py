@@ -1,0 +1,140 @@
+"""The cache's assumptions and write tracking, and PodGroup status rules, without a cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from builders import pod_group
+
+from gangsched.cluster import ClusterCache, parse_rv
+from gangsched.model import POD_GROUP_LABEL, parse_pod
+from gangsched.status import Counts, Verdict, build_status, phase_of, same_status
+
+
+def pod_body(
+    name: str, *, rv: str, node: str = "", phase: str = "Pending", uid: str = "u1"
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulerName": "gangsched", "containers": [{"name": "c"}]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": uid,
+            "resourceVersion": rv,
+            "labels": {POD_GROUP_LABEL: "g"},
+        },
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def test_parse_rv() -> None:
+    assert parse_rv("123") == 123
+    assert parse_rv("") is None
+    assert parse_rv("0") is None
+    assert parse_rv("0123") is None
+    assert parse_rv("abc") is None
+
+
+def test_assumed_binding_counts_once_until_the_watch_confirms_it() -> None:
+    cache = ClusterCache()
+    cache.apply_pod("ADDED", pod_body("p", rv="10"))
+    pod = cache.pods[("ml", "p")]
+    cache.assume(group=("ml", "g"), pod=pod, node="n1")
+    view = cache.pods_for_engine()
+    assert [p.node_name for p in view] == ["n1"]  # bound once, not pending
+    assert cache.caught_up(("ml", "g")) is False
+    cache.apply_pod("MODIFIED", pod_body("p", rv="11", node="n1"))
+    assert ("ml", "p") not in cache.assumed
+    assert [p.node_name for p in cache.pods_for_engine()] == ["n1"]
+    assert cache.caught_up(("ml", "g")) is True
+
+
+def test_stale_events_do_not_roll_the_cache_back() -> None:
+    cache = ClusterCache()
+    cache.apply_pod("MODIFIED", pod_body("p", rv="20", node="n1"))
+    cache.apply_pod("ADDED", pod_body("p", rv="15"))  # a late listing
+    assert cache.pods[("ml", "p")].node_name == "n1"
+
+
+def test_a_replaced_pod_drops_the_assumption() -> None:
+    cache = ClusterCache()
+    cache.apply_pod("ADDED", pod_body("p", rv="10", uid="old"))
+    cache.assume(group=("ml", "g"), pod=cache.pods[("ml", "p")], node="n1")
+    cache.apply_pod("DELETED", pod_body("p", rv="12", uid="old"))
+    cache.apply_pod("ADDED", pod_body("p", rv="13", uid="new"))
+    assert cache.pods_for_engine()[0].node_name == ""
+
+
+def test_pod_group_writes_wait_for_the_watch() -> None:
+    cache = ClusterCache()
+    group = pod_group("g", 2)
+    body = {
+        "metadata": {"name": "g", "namespace": "ml", "resourceVersion": "5"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+    }
+    cache.apply_pod_group("ADDED", body)
+    cache.wrote_pod_group(group.key, "9")
+    assert cache.caught_up(group.key) is False
+    cache.apply_pod_group("MODIFIED", {**body, "metadata": {**body["metadata"], "resourceVersion": "9"}})
+    assert cache.caught_up(group.key) is True
+    cache.wrote_pod_group(group.key, "not-a-number")
+    assert cache.caught_up(group.key) is None  # unknown: read live
+
+
+def test_invalid_objects_are_reported_not_raised() -> None:
+    cache = ClusterCache()
+    bad = pod_body("p", rv="3")
+    bad["spec"]["containers"] = [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}]
+    cache.apply_pod("ADDED", bad)
+    assert ("Pod", "ml", "p") in cache.invalid
+    assert "cpu" in cache.invalid[("Pod", "ml", "p")]
+    assert ("ml", "p") not in cache.pods
+
+
+def members(*phases: tuple[str, str]) -> list[Any]:
+    return [
+        parse_pod(pod_body(f"p{i}", rv=str(i + 1), node=node, phase=phase))
+        for i, (node, phase) in enumerate(phases)
+    ]
+
+
+def test_phases() -> None:
+    g = pod_group("g", 2)
+    cases = [
+        ([("", "Pending"), ("", "Pending")], Verdict(), "Pending"),
+        ([("", "Pending"), ("", "Pending")], Verdict(reason="Unschedulable", message="x"), "Unschedulable"),
+        ([("n", "Pending"), ("", "Pending")], Verdict(binding=True), "Scheduling"),
+        ([("n", "Pending"), ("n", "Pending")], Verdict(reason="Scheduled"), "Scheduled"),
+        ([("n", "Running"), ("n", "Running")], Verdict(reason="Scheduled"), "Running"),
+        ([("n", "Succeeded"), ("n", "Succeeded")], Verdict(reason="Scheduled"), "Succeeded"),
+        ([("n", "Failed"), ("n", "Running")], Verdict(reason="Scheduled"), "Failed"),
+    ]
+    for phases, verdict, expected in cases:
+        assert phase_of(g, Counts.of(members(*phases)), verdict) == expected, (phases, verdict)
+
+
+def test_status_object_and_transition_time() -> None:
+    g = pod_group("g", 2)
+    pods = members(("n", "Running"), ("n", "Running"))
+    first = build_status(g, pods, Verdict(reason="Scheduled", message="placed"), previous=None, now="T1")
+    assert first["phase"] == "Running"
+    assert (first["pods"], first["scheduled"], first["running"]) == (2, 2, 2)
+    cond = first["conditions"][0]
+    assert (cond["type"], cond["status"], cond["reason"], cond["lastTransitionTime"]) == (
+        "PodGroupScheduled",
+        "True",
+        "Scheduled",
+        "T1",
+    )
+    again = build_status(g, pods, Verdict(reason="Scheduled", message="placed"), previous=first, now="T2")
+    assert again["conditions"][0]["lastTransitionTime"] == "T1"
+    assert same_status(first, again)
+    invalid = pod_group("bad", 2)
+    invalid.spec = None
+    invalid.spec_error = "spec.x: boom"
+    status = build_status(invalid, [], Verdict(), previous=None, now="T")
+    assert status["phase"] == "Unschedulable"
+    assert "boom" in status["conditions"][0]["message"]
