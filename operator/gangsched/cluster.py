@@ -80,6 +80,7 @@ class ClusterCache:
         self.observed_rv: dict[str, int] = {}
         # Objects the cache could not parse, with why: reported, never crash the loop.
         self.invalid: dict[tuple[str, str, str], str] = {}
+        self._by_group: dict[Key, set[Key]] = {}
         self.generation = 0  # bumped on every change that can alter a decision
         self._clock = clock
 
@@ -103,7 +104,7 @@ class ClusterCache:
         self._observe("pods", body)
         self.generation += 1
         if event_type == "DELETED":
-            self.pods.pop(key, None)
+            self._remove_pod(key)
             self.assumed.pop(key, None)
             self.invalid.pop(("Pod", *key), None)
             return key
@@ -114,15 +115,28 @@ class ClusterCache:
             pod = parse_pod(body, priorities=self.priorities())
         except ModelError as exc:
             self.invalid[("Pod", *key)] = str(exc)
-            self.pods.pop(key, None)
+            self._remove_pod(key)
             return key
         self.invalid.pop(("Pod", *key), None)
+        self._remove_pod(key)
         self.pods[key] = pod
+        if pod.pod_group is not None:
+            self._by_group.setdefault((pod.namespace, pod.pod_group), set()).add(key)
         assumed = self.assumed.get(key)
         if assumed is not None and (pod.node_name or pod.uid != assumed.uid):
             # The watch caught up with our binding (or the pod was replaced): drop the overlay.
             del self.assumed[key]
         return key
+
+    def _remove_pod(self, key: Key) -> None:
+        old = self.pods.pop(key, None)
+        if old is not None and old.pod_group is not None:
+            group = (old.namespace, old.pod_group)
+            keys = self._by_group.get(group)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_group[group]
 
     def apply_node(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         name = str((body.get("metadata") or {}).get("name") or "")
@@ -223,6 +237,14 @@ class ClusterCache:
             out.append(pod)
         return out
 
-    def members(self, group: Key) -> list[Pod]:
-        namespace, name = group
-        return [p for p in self.pods.values() if p.namespace == namespace and p.pod_group == name]
+    def members(self, group: Key, *, assumed: bool = False) -> list[Pod]:
+        """The pods labelled for `group` (with assumed bindings applied when `assumed`)."""
+        out = []
+        for key in self._by_group.get(group, ()):
+            pod = self.pods[key]
+            if assumed:
+                guess = self.assumed.get(key)
+                if guess is not None and not pod.node_name and pod.uid == guess.uid:
+                    pod = dataclasses.replace(pod, node_name=guess.node)
+            out.append(pod)
+        return out

@@ -416,9 +416,7 @@ class Scheduler:
             if group is None or not self.in_scope(key[0]):
                 continue
             state = self.state(key)
-            members = [
-                p for p in self.cache.pods_for_engine() if p.namespace == key[0] and p.pod_group == key[1]
-            ]
+            members = self.cache.members(key, assumed=True)
             previous = state.written_status
             if previous is None:
                 raw = self.cache.raw_pod_groups.get(key) or {}
