@@ -137,6 +137,8 @@ class Scheduler:
         self.cycles += 1
         now = self.clock()
         cache = self.cache
+        if self.cycles % 200 == 0:
+            self._collect_garbage()
         pending_by_group: dict[tuple[Key, bool], list[Pod]] = {}
         for pod in cache.pods.values():
             if pod.scheduler_name != self.config.scheduler_name or pod.node_name or pod.terminal:
@@ -436,3 +438,13 @@ class Scheduler:
 
     def forget_group(self, key: Key) -> None:
         self.groups.pop(key, None)
+
+    def _collect_garbage(self) -> None:
+        """Drop what we remember about pods and groups that no longer exist."""
+        cache = self.cache
+        for key in [k for k in self._pod_events_sent if k not in cache.pods]:
+            del self._pod_events_sent[key]
+        for key in list(self.groups):
+            state = self.groups[key]
+            if key not in cache.pod_groups and key not in cache.pods and not state.binding:
+                del self.groups[key]
