@@ -55,6 +55,23 @@ def request_json(
     return json.loads(response.data) if response.data else None
 
 
+def list_items(
+    api: client.ApiClient, path: str, *, query: Mapping[str, str | int | bool] | None = None, page: int = 500
+) -> list[Any]:
+    """Every item of a (paginated) LIST."""
+    items: list[Any] = []
+    token = ""
+    while True:
+        params: dict[str, str | int | bool] = {**(query or {}), "limit": page}
+        if token:
+            params["continue"] = token
+        answer = request_json(api, "GET", path, query=params)
+        items.extend(answer.get("items") or [])
+        token = (answer.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return items
+
+
 def open_stream(
     api: client.ApiClient, path: str, *, query: Mapping[str, str | int | bool] | None = None
 ) -> urllib3.BaseHTTPResponse:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import urllib3
@@ -29,8 +30,8 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from gangsched._rawapi import MERGE_PATCH, request_json
-from gangsched.model import GROUP, PLURAL, VERSION, Pod
+from gangsched._rawapi import MERGE_PATCH, list_items, request_json
+from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, TERMINAL_PHASES, VERSION, Pod
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +218,21 @@ class Binder:
                 return None
             raise
         return result
+
+    async def finished_members(self, scheduler_name: str) -> list[Mapping[str, Any]]:
+        """Finished pods of our PodGroups (the pod watch does not carry finished pods)."""
+        loop = asyncio.get_running_loop()
+        out: list[Mapping[str, Any]] = []
+        for phase in sorted(TERMINAL_PHASES):
+            query: dict[str, str | int | bool] = {
+                "fieldSelector": f"spec.schedulerName={scheduler_name},status.phase={phase}",
+                "labelSelector": POD_GROUP_LABEL,
+            }
+            async with self._slots:
+                out += await loop.run_in_executor(
+                    self._executor, partial(list_items, self.api, "/api/v1/pods", query=query)
+                )
+        return out
 
     async def delete_pod(self, pod: Pod, *, reason: str) -> bool:
         """Delete a pod (its controller recreates it), only if it is still the same pod."""

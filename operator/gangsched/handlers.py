@@ -16,7 +16,7 @@ import kopf
 
 from gangsched.cluster import ClusterCache
 from gangsched.leader import LeaderElector
-from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
+from gangsched.model import GROUP, LIVE_PODS_SELECTOR, PLURAL, POD_GROUP_LABEL, VERSION
 from gangsched.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ def build_registry(
     @kopf.on.startup(registry=registry)
     async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.enabled = False  # no kopf Events about Pods or Nodes
+        settings.watching.field_selectors["", "v1", "pods"] = LIVE_PODS_SELECTOR
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.networking.request_timeout = 60
@@ -97,7 +98,10 @@ def build_registry(
         body = event["object"]
         if bound_event_delay_seconds and (body.get("spec") or {}).get("nodeName"):
             await asyncio.sleep(bound_event_delay_seconds)
-        cache.apply_pod(event["type"], body)
+        if event["type"] == "DELETED":
+            await scheduler.pod_gone(body)  # gone, or finished (it left the selector)
+        else:
+            cache.apply_pod(event["type"], body)
         meta = body.get("metadata") or {}
         group = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
         scheduler.wake((meta.get("namespace") or "default", group) if group else None)

@@ -26,6 +26,9 @@ MAX_TOPOLOGY_LEVELS = 5
 PODS = "pods"
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# The pod watch skips finished pods (server-side): they hold no capacity, and in batch
+# clusters they are most of the pods. Finished members of our groups are read separately.
+LIVE_PODS_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 class ModelError(ValueError):

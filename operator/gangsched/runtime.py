@@ -16,12 +16,12 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 
-from gangsched._rawapi import request_json
+from gangsched._rawapi import list_items
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache
 from gangsched.handlers import build_registry
 from gangsched.leader import LeaderElector, LeaseConfig, default_identity
-from gangsched.model import GROUP, PLURAL, VERSION
+from gangsched.model import GROUP, LIVE_PODS_SELECTOR, PLURAL, VERSION
 from gangsched.scheduler import Scheduler, SchedulerConfig
 
 log = logging.getLogger(__name__)
@@ -51,34 +51,19 @@ def api_client(*, kubeconfig: str | None, pool: int) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-LIST_PATHS = (
-    ("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses"),
-    ("nodes", "/api/v1/nodes"),
-    ("pods", "/api/v1/pods"),
-    ("podgroups", f"/apis/{GROUP}/{VERSION}/{PLURAL}"),
-)
-
-
-async def prime(cache: ClusterCache, api: client.ApiClient) -> None:
+async def prime(cache: ClusterCache, api: client.ApiClient, binder: Binder, *, scheduler_name: str) -> None:
     """Fill the cache from consistent LISTs, so the first decision sees every bound pod."""
-    apply: dict[str, Callable[[str | None, Any], Any]] = {
-        "priorityclasses": cache.apply_priority_class,
-        "nodes": cache.apply_node,
-        "pods": cache.apply_pod,
-        "podgroups": cache.apply_pod_group,
-    }
-    for resource, path in LIST_PATHS:
-        token = ""
-        while True:
-            query: dict[str, str | int | bool] = {"limit": 500}
-            if token:
-                query["continue"] = token
-            page = await asyncio.to_thread(request_json, api, "GET", path, query=query)
-            for item in page.get("items") or []:
-                apply[resource]("LISTED", item)
-            token = (page.get("metadata") or {}).get("continue") or ""
-            if not token:
-                break
+    lists: list[tuple[Callable[[str | None, Any], Any], str, dict[str, str | int | bool]]] = [
+        (cache.apply_priority_class, "/apis/scheduling.k8s.io/v1/priorityclasses", {}),
+        (cache.apply_node, "/api/v1/nodes", {}),
+        (cache.apply_pod, "/api/v1/pods", {"fieldSelector": LIVE_PODS_SELECTOR}),
+        (cache.apply_pod_group, f"/apis/{GROUP}/{VERSION}/{PLURAL}", {}),
+    ]
+    for apply, path, query in lists:
+        for item in await asyncio.to_thread(list_items, api, path, query=query):
+            apply("LISTED", item)
+    for item in await binder.finished_members(scheduler_name):
+        cache.apply_pod("LISTED", item)
     log.info(
         "cache primed: %d nodes, %d pods, %d PodGroups",
         len(cache.nodes),
@@ -107,7 +92,7 @@ def run(options: RunOptions) -> None:
     scheduler = Scheduler(cache=cache, binder=binder, config=options.scheduler)
 
     async def do_prime() -> None:
-        await prime(cache, api)
+        await prime(cache, api, binder, scheduler_name=options.scheduler.scheduler_name)
 
     registry = build_registry(
         cache=cache,

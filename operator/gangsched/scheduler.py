@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,7 @@ from gangsched.engine import (
     GroupDecision,
     schedule_cycle,
 )
-from gangsched.model import DEFAULT_SCHEDULER_NAME, Pod
+from gangsched.model import DEFAULT_SCHEDULER_NAME, POD_GROUP_LABEL, TERMINAL_PHASES, Pod
 from gangsched.status import Counts, Verdict, build_status, same_status
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,8 @@ class SchedulerConfig:
     # After this long behind our own writes, stop waiting for the watch and read live.
     consistency_timeout_seconds: float = 5.0
     reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS
+    # Finished members of our groups are re-listed this often (the watch skips finished pods).
+    finished_resync_seconds: float = 120.0
     # Post a "Scheduled" Event on every bound pod, as kube-scheduler does.
     pod_events: bool = True
 
@@ -89,6 +91,7 @@ class Scheduler:
         self.cycles = 0
         self._wake = asyncio.Event()
         self._pod_events_sent: dict[Key, str] = {}
+        self._finished_synced = clock()
 
     # ------------------------------------------------------------------ wiring
 
@@ -139,6 +142,9 @@ class Scheduler:
         cache = self.cache
         if self.cycles % 200 == 0:
             self._collect_garbage()
+        if now - self._finished_synced > self.config.finished_resync_seconds:
+            self._finished_synced = now
+            await self._resync_finished()
         pending_by_group: dict[tuple[Key, bool], list[Pod]] = {}
         for pod in cache.pods.values():
             if pod.scheduler_name != self.config.scheduler_name or pod.node_name or pod.terminal:
@@ -435,6 +441,49 @@ class Scheduler:
             state.written_status = status
             if rv is not None:
                 self.cache.wrote_pod_group(key, rv)
+
+    async def pod_gone(self, body: Mapping[str, Any]) -> None:
+        """A DELETED event from the watch of unfinished pods: the pod is gone, or it finished.
+
+        For members of our groups the difference matters (Succeeded/Failed counts, phase), so
+        they are read live; everything else simply leaves the cache (it holds no capacity).
+        """
+        meta = body.get("metadata") or {}
+        spec = body.get("spec") or {}
+        if spec.get("schedulerName") == self.config.scheduler_name and POD_GROUP_LABEL in (
+            meta.get("labels") or {}
+        ):
+            try:
+                live = await self.binder.read_pod(
+                    str(meta.get("namespace") or "default"), str(meta.get("name"))
+                )
+            except Exception as exc:
+                log.warning("could not read pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
+                live = None
+            if (
+                live is not None
+                and (live.get("metadata") or {}).get("uid") == meta.get("uid")
+                and (live.get("status") or {}).get("phase") in TERMINAL_PHASES
+            ):
+                self.cache.apply_pod("MODIFIED", live)
+                return
+        self.cache.apply_pod("DELETED", body)
+
+    async def _resync_finished(self) -> None:
+        """Finished members leave the watch; re-list them now and then to see deletions."""
+        try:
+            items = await self.binder.finished_members(self.config.scheduler_name)
+        except Exception as exc:
+            log.warning("could not list finished pods: %s", exc)
+            return
+        seen = set()
+        for item in items:
+            meta = item.get("metadata") or {}
+            seen.add((str(meta.get("namespace")), str(meta.get("name"))))
+            self.cache.apply_pod("LISTED", item)
+        for key, pod in list(self.cache.pods.items()):
+            if pod.terminal and pod.scheduler_name == self.config.scheduler_name and key not in seen:
+                self.cache.apply_pod("DELETED", {"metadata": {"namespace": key[0], "name": key[1]}})
 
     def forget_group(self, key: Key) -> None:
         self.groups.pop(key, None)
