@@ -281,8 +281,10 @@ class _GroupPlacer:
             bound, raw = self._upper_bound(inverse, nodes, uniq.size)
             fitting = np.flatnonzero((bound >= target) & (uniq >= 0))
             if fitting.size:
-                # Tightest single domain first: big domains stay whole for big gangs.
-                ranked = fitting[np.lexsort((uniq[fitting], raw[fitting]))]
+                # The domain of already-bound members first (a repaired gang stays together),
+                # then the tightest: big domains stay whole for big gangs.
+                home = self._holds_members(uniq[fitting], ids_all)
+                ranked = fitting[np.lexsort((uniq[fitting], raw[fitting], ~home))]
                 for child in ranked[:CANDIDATES_PER_LEVEL]:
                     attempt = self._place_within(nodes[inverse == child], pref_index + 1, target)
                     if attempt.placed >= target:
@@ -299,7 +301,8 @@ class _GroupPlacer:
         ids = ids_all[nodes]
         uniq, inverse = np.unique(ids, return_inverse=True)
         bound, raw = self._upper_bound(inverse, nodes, uniq.size)
-        picked = self._largest_then_best_fit(np.lexsort((uniq, -raw, -bound)), bound, raw, target)
+        home = self._holds_members(uniq, ids_all)
+        picked = self._largest_then_best_fit(np.lexsort((uniq, -raw, -bound, ~home)), bound, raw, target)
         parts: list[IntArray] = []
         remaining = target
         for child in picked:
@@ -312,6 +315,12 @@ class _GroupPlacer:
             rest_nodes = nodes[np.isin(inverse, rest)]
             parts.append(self._order_leaves(rest_nodes, 0))
         return np.concatenate(parts) if parts else nodes
+
+    def _holds_members(self, domain_ids: IntArray, ids_all: IntArray) -> BoolArray:
+        """Which of `domain_ids` already hold a bound member of the group."""
+        if not self.bound_nodes:
+            return np.zeros(domain_ids.shape[0], dtype=bool)
+        return np.isin(domain_ids, ids_all[np.asarray(self.bound_nodes, dtype=np.int64)])
 
     def _order_leaves(self, nodes: IntArray, target: int) -> IntArray:
         bound, raw = self._node_bound(nodes)

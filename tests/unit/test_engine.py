@@ -370,3 +370,14 @@ def test_gpu_request_spreads_over_capacity_across_groups() -> None:
     assert decision(result, "two").assignments == {}
     assert sum(1 for _, n, _ in result.pods if n) == 2
     assert {d.reason for d in result.decisions} == {SCHEDULED, UNSCHEDULABLE_REASON}
+
+
+def test_a_repaired_gang_stays_in_its_preferred_domain() -> None:
+    nodes = topology_nodes(blocks=1, racks=3, hosts=2)
+    # Rack r0 is the tightest fit for one pod, but the gang already runs in r2.
+    load = [pod("x", gpu=8, node_name="z0-b0-r0-h0", scheduler="other")]
+    bound = [pod(f"w-{i}", "g", gpu=8, node_name=f"z0-b0-r2-h{i}", phase="Running") for i in range(1)]
+    result = run(
+        nodes, load + bound + [pod("w-1", "g", gpu=8)], [pod_group("g", 2, topology=[(RACK, "Preferred")])]
+    )
+    assert decision(result, "g").assignments == {("ml", "w-1"): "z0-b0-r2-h1"}
