@@ -126,7 +126,7 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, urllib3.exceptions.HTTPError | TimeoutError | ConnectionError)
 
 
-_backoff = wait_exponential_jitter(initial=0.2, max=5.0)
+_backoff = wait_exponential_jitter(multiplier=0.2, max=5.0)
 
 
 def _wait(state: RetryCallState) -> float:

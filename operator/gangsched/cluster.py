@@ -41,6 +41,22 @@ def parse_rv(value: str | None) -> int | None:
     return int(value)
 
 
+def _scheduling_view(pod: Pod) -> tuple[object, ...]:
+    """What of a pod can change a placement decision (not its status conditions, IPs, ...)."""
+    return (
+        pod.uid,
+        pod.node_name,
+        pod.terminal,
+        pod.deleting,
+        pod.scheduling_gated,
+        pod.scheduler_name,
+        pod.pod_group,
+        pod.priority,
+        tuple(sorted(pod.requests.items())),
+        pod.placement,
+    )
+
+
 def _older(body: Mapping[str, Any], known: str) -> bool:
     incoming = parse_rv(str((body.get("metadata") or {}).get("resourceVersion") or ""))
     current = parse_rv(known)
@@ -102,8 +118,9 @@ class ClusterCache:
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
         self._observe("pods", body)
-        self.generation += 1
         if event_type == "DELETED":
+            if key in self.pods:
+                self.generation += 1
             self._remove_pod(key)
             self.assumed.pop(key, None)
             self.invalid.pop(("Pod", *key), None)
@@ -116,8 +133,11 @@ class ClusterCache:
         except ModelError as exc:
             self.invalid[("Pod", *key)] = str(exc)
             self._remove_pod(key)
+            self.generation += 1
             return key
         self.invalid.pop(("Pod", *key), None)
+        if current is None or _scheduling_view(current) != _scheduling_view(pod):
+            self.generation += 1  # only what can change a decision counts as a change
         self._remove_pod(key)
         self.pods[key] = pod
         if pod.pod_group is not None:
@@ -141,15 +161,20 @@ class ClusterCache:
     def apply_node(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         name = str((body.get("metadata") or {}).get("name") or "")
         self._observe("nodes", body)
-        self.generation += 1
         if event_type == "DELETED":
+            self.generation += 1
             self.nodes.pop(name, None)
             self.invalid.pop(("Node", "", name), None)
             return
         try:
-            self.nodes[name] = parse_node(body)
+            node = parse_node(body)
+            # Heartbeats (status-only updates) change nothing the engine reads.
+            if self.nodes.get(name) != node:
+                self.generation += 1
+            self.nodes[name] = node
             self.invalid.pop(("Node", "", name), None)
         except ModelError as exc:
+            self.generation += 1
             # A node we cannot read offers no capacity; say why instead of crashing.
             self.nodes.pop(name, None)
             self.invalid[("Node", "", name)] = str(exc)
@@ -158,7 +183,9 @@ class ClusterCache:
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
         self._observe("podgroups", body)
-        self.generation += 1
+        old = self.pod_groups.get(key)
+        if event_type == "DELETED" or old is None or old.generation != int(meta.get("generation") or 0):
+            self.generation += 1  # our own status writes are not a change to react to
         if event_type == "DELETED":
             self.pod_groups.pop(key, None)
             self.raw_pod_groups.pop(key, None)

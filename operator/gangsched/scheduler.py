@@ -40,7 +40,7 @@ class SchedulerConfig:
     scheduler_name: str = DEFAULT_SCHEDULER_NAME
     # None: every namespace. Capacity always counts pods of every namespace.
     namespaces: frozenset[str] | None = None
-    backoff_initial_seconds: float = 1.0
+    backoff_initial_seconds: float = 0.5
     # As kube-scheduler's podMaxBackoffSeconds: a cluster change is noticed within this.
     backoff_max_seconds: float = 10.0
     # An unschedulable group is retried at least this often even if nothing changed.
@@ -163,6 +163,8 @@ class Scheduler:
                 ready = True
         await self._check_partial_gangs(now)
         if ready:
+            # What the snapshot saw: events applied while the engine runs count as changes after it.
+            seen_generation = cache.generation
             result = await asyncio.to_thread(
                 schedule_cycle,
                 nodes=list(cache.nodes.values()),
@@ -173,7 +175,7 @@ class Scheduler:
                 reservation_after_seconds=self.config.reservation_after_seconds,
                 exclude_pods=frozenset(exclude),
             )
-            self._apply(result, now)
+            self._apply(result, now, seen_generation)
         await self._write_statuses()
 
     async def _may_decide(self, key: Key, is_group: bool, now: float) -> bool:
@@ -225,7 +227,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------ decisions
 
-    def _apply(self, result: CycleResult, now: float) -> None:
+    def _apply(self, result: CycleResult, now: float, seen_generation: int) -> None:
         for decision in result.decisions:
             key = decision.key
             state = self.state(key)
@@ -245,11 +247,16 @@ class Scheduler:
                 self.dirty.add(key)
                 self._spawn(self._bind_group(decision, assignments))
                 continue
-            state.failed_generation = self.cache.generation
+            changed = state.failed_generation not in (-1, seen_generation)
+            state.failed_generation = seen_generation
             state.last_attempt = now
             if decision.reason in (WAITING_FOR_PODS, POD_GROUP_NOT_FOUND):
                 # Nothing to back off from: the next pod or PodGroup event settles it.
                 state.backoff = state.next_attempt = 0.0
+            elif changed:
+                # It failed on a changed cluster: retry soon after the next change.
+                state.backoff = self.config.backoff_initial_seconds
+                state.next_attempt = now + state.backoff
             else:
                 doubled = max(state.backoff * 2, self.config.backoff_initial_seconds)
                 state.backoff = min(doubled, self.config.backoff_max_seconds)

@@ -64,8 +64,8 @@ def phase_of(group: PodGroup, counts: Counts, verdict: Verdict) -> str:
         return FAILED
     if counts.pods and counts.succeeded >= quorum and counts.active == 0 and counts.pending == 0:
         return SUCCEEDED if counts.failed == 0 else FAILED
-    if counts.running >= quorum:
-        return RUNNING
+    if counts.running > 0 and counts.running + counts.succeeded >= quorum:
+        return RUNNING  # finishing members do not turn a running gang back to Scheduled
     if counts.active + counts.succeeded >= quorum:
         return SCHEDULED
     if verdict.binding or counts.active > 0:
@@ -83,7 +83,8 @@ def condition_of(group: PodGroup, counts: Counts, verdict: Verdict) -> tuple[str
     if counts.scheduled >= quorum:
         message = verdict.message if verdict.reason == "Scheduled" and verdict.message else ""
         return "True", "Scheduled", message or f"{counts.scheduled}/{counts.pods} pods scheduled"
-    if verdict.reason is None:
+    if verdict.reason in (None, "WaitingForPods"):
+        # Recomputed from the counts: the verdict's copy may be a pod or two behind.
         return "False", "WaitingForPods", f"waiting for pods: {counts.pods}/{quorum} of minCount exist"
     if verdict.reason == "Scheduled":
         return "False", "Scheduled", verdict.message

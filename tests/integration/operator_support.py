@@ -53,15 +53,17 @@ class Operator:
             return None
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        """Ready when the scheduling loop has turned once (the cache is primed by then)."""
+        """Ready when the cache is primed (the loop starts right after) and /healthz answers.
+
+        The log line, not /healthz, says when: kopf caches probe results for 10 s.
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"gangsched run exited with {self.proc.returncode}:\n{self.tail()}")
-            health = self.health()
-            if health and (health.get("scheduler") or {}).get("cycles", 0) > 0:
+            if "cache primed" in self.log_text() and self.health() is not None:
                 return
-            time.sleep(0.1)
+            time.sleep(0.05)
         raise TimeoutError(f"gangsched run not ready after {timeout}s:\n{self.tail()}")
 
     def kill(self) -> None:
