@@ -5,7 +5,7 @@ PY := $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
 K8S_VERSION := v1.36.3
 export GANGSCHED_K8S_BIN ?= $(HOME)/.cache/gangsched/k8s-$(K8S_VERSION)/bin
 
-.PHONY: setup control-plane test lint typecheck unit integration dev-cluster bench clean
+.PHONY: setup control-plane test lint typecheck unit integration dev-cluster demo demo-run bench clean
 
 setup: ## create .venv with gangsched and its test tools, and build the control plane
 	python3 -m venv $(VENV)
@@ -17,8 +17,8 @@ control-plane: ## build kube-apiserver, kube-scheduler and etcd once into $(GANG
 	bash hack/build-control-plane.sh
 
 lint:
-	$(PY) -m ruff check operator tests bench
-	$(PY) -m ruff format --check operator tests bench
+	$(PY) -m ruff check operator tests bench hack
+	$(PY) -m ruff format --check operator tests bench hack
 
 typecheck:
 	$(PY) -m mypy
@@ -34,6 +34,27 @@ test: lint typecheck ## ruff, mypy and every test
 
 dev-cluster: ## a local control plane in the foreground, for people
 	$(PY) -m gangsched.devcluster
+
+demo: ## the story in half a minute: control plane, 32 GPU nodes, gangsched, four gangs, live view
+	@$(PY) -c 'import gangsched.devcluster, kopf' 2>/dev/null || $(MAKE) --no-print-directory setup
+	bash hack/build-control-plane.sh
+	@$(MAKE) --no-print-directory demo-run
+
+demo-run: # re-read PY: `make setup` may just have created .venv
+	$(PY) hack/demo.py $(DEMO_ARGS)
+
+.PHONY: image kind-e2e
+IMAGE ?= gangsched:dev
+
+image: ## the container image $(IMAGE) (needs docker)
+	@command -v docker >/dev/null 2>&1 || { echo "make image: docker not found; install Docker to build $(IMAGE)" >&2; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "make image: docker is installed but its daemon is not reachable" >&2; exit 1; }
+	docker build -t $(IMAGE) \
+		--build-arg VERSION="$$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)" \
+		--build-arg SOURCE_URL="$$(git remote get-url origin 2>/dev/null)" .
+
+kind-e2e: ## build, install into a fresh kind cluster, run examples/training-job.yaml, check placement
+	IMAGE=$(IMAGE) bash hack/kind-e2e.sh
 
 bench:
 	$(PY) bench/engine_bench.py

@@ -1,0 +1,906 @@
+#!/usr/bin/env python3
+"""`make demo`: gangsched on a local control plane, one story, about half a minute.
+
+It starts kube-apiserver + etcd (gangsched.devcluster) with 32 fake GPU nodes (2 zones x
+2 blocks x 4 racks x 2 hosts, 8 GPUs each) and a kubelet stand-in, installs the PodGroup
+CRD, runs `gangsched run` as a subprocess, then submits four gangs:
+
+1. zone-job   16 pods x 8 GPUs, Required zone:  128 GPUs, a whole zone;
+2. block-job   8 pods x 8 GPUs, Required block:  64 GPUs, more than a rack: a whole block;
+3. rack-job    6 pods x 2 GPUs, Required rack:   12 GPUs, fits in one rack;
+4. next-job    8 pods x 8 GPUs, Required block: no block is free any more, so it waits
+               (the PodGroupScheduled condition says why) until block-job finishes.
+
+A live view (plain text, a new block whenever something changes) shows each PodGroup's
+phase, counts and domain, and how many pods of each gang run in every rack. Everything is
+read through the API. The demo stops the operator and the control plane and removes its
+files when the story is over, on failure and on Ctrl-C. Exit 0 when everything happened as
+scripted; 1 with a message otherwise.
+
+`--fast` shortens the pauses (for tests). :func:`run_story` is the story alone, against any
+control plane with the demo's nodes and a running operator; tests/integration/test_demo.py
+calls it with the session's control plane.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, Final, Literal, Self, TextIO
+
+try:
+    import yaml
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from gangsched import devcluster, fakenodes
+    from gangsched._rawapi import request_json
+    from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    sys.exit(f"hack/demo.py: {exc}; run `make setup` first (it creates .venv with gangsched and its deps)")
+
+REPO: Final = Path(__file__).resolve().parents[1]
+CRD: Final = REPO / "crds" / "podgroup.yaml"
+
+GPU: Final = "nvidia.com/gpu"
+GPUS_PER_HOST: Final = 8
+SHAPE: Final = fakenodes.TopologyShape(zones=2, blocks=2, racks=4, hosts=2)
+KEYS: Final = fakenodes.TopologyKeys()
+Level = Literal["zone", "block", "rack"]
+LEVEL_KEYS: Final[Mapping[Level, str]] = {
+    "zone": KEYS.zone or "topology.kubernetes.io/zone",
+    "block": KEYS.block or "example.com/block",
+    "rack": KEYS.rack or "example.com/rack",
+}
+DEMO_NAMESPACE: Final = "demo"
+
+Json = dict[str, Any]
+
+
+def node_set(*, name_prefix: str = "", labels: Mapping[str, str] | None = None) -> fakenodes.NodeSet:
+    """The demo's 32 nodes; tests pass a prefix and a label to keep them apart from others."""
+    return fakenodes.NodeSet(
+        shape=SHAPE,
+        name_prefix=name_prefix,
+        cpu="64",
+        memory="512Gi",
+        extended={GPU: str(GPUS_PER_HOST)},
+        labels=dict(labels or {}),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The gangs
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    name: str
+    pods: int
+    gpus: int  # per pod
+    level: Level  # the Required topology level
+    why: str
+
+    def pod_group(self) -> Json:
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "PodGroup",
+            "metadata": {"name": self.name},
+            "spec": {
+                "schedulingPolicy": {"gang": {"minCount": self.pods}},
+                "schedulingConstraints": {"topology": [{"key": LEVEL_KEYS[self.level], "mode": "Required"}]},
+            },
+        }
+
+    def pod_bodies(self, node_selector: Mapping[str, str] | None) -> list[Json]:
+        resources = {
+            "requests": {"cpu": "4", "memory": "16Gi", GPU: str(self.gpus)},
+            "limits": {GPU: str(self.gpus)},
+        }
+        bodies: list[Json] = []
+        for i in range(self.pods):
+            spec: Json = {
+                "schedulerName": "gangsched",
+                "restartPolicy": "Never",
+                "containers": [
+                    {"name": "train", "image": "registry.example/train:1", "resources": resources}
+                ],
+            }
+            if node_selector:
+                spec["nodeSelector"] = dict(node_selector)
+            bodies.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": f"{self.name}-{i}", "labels": {POD_GROUP_LABEL: self.name}},
+                    "spec": spec,
+                }
+            )
+        return bodies
+
+    def headline(self) -> str:
+        return f"{self.name}: {self.pods} pods x {self.gpus} GPUs, Required {self.level} ({self.why})"
+
+
+RACK_GPUS: Final = SHAPE.hosts * GPUS_PER_HOST
+BLOCK_GPUS: Final = SHAPE.racks * RACK_GPUS
+ZONE_GPUS: Final = SHAPE.blocks * BLOCK_GPUS
+
+ZONE_JOB: Final = Gang("zone-job", 16, 8, "zone", f"{16 * 8} GPUs = a whole zone")
+BLOCK_JOB: Final = Gang(
+    "block-job", 8, 8, "block", f"{8 * 8} GPUs: more than a rack ({RACK_GPUS}), a whole block"
+)
+RACK_JOB: Final = Gang("rack-job", 6, 2, "rack", f"{6 * 2} GPUs: fits in one rack of {RACK_GPUS}")
+NEXT_JOB: Final = Gang(
+    "next-job", 8, 8, "block", f"{8 * 8} GPUs in one block: none is free until block-job finishes"
+)
+GANGS: Final = (ZONE_JOB, BLOCK_JOB, RACK_JOB, NEXT_JOB)
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+
+
+class Style:
+    """ANSI colours when writing to a terminal that takes them, nothing otherwise."""
+
+    CODES: Final[Mapping[str, str]] = {
+        "bold": "1",
+        "dim": "2",
+        "red": "31",
+        "green": "32",
+        "yellow": "33",
+        "blue": "34",
+        "magenta": "35",
+        "cyan": "36",
+    }
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    @classmethod
+    def for_stream(cls, stream: TextIO, choice: str = "auto") -> Style:
+        if choice != "auto":
+            return cls(choice == "always")
+        tty = hasattr(stream, "isatty") and stream.isatty()
+        dumb = os.environ.get("TERM", "") in ("", "dumb")
+        return cls(tty and not dumb and "NO_COLOR" not in os.environ)
+
+    def __call__(self, text: str, *names: str) -> str:
+        if not self.enabled or not names:
+            return text
+        codes = ";".join(self.CODES[name] for name in names)
+        return f"\033[{codes}m{text}\033[0m"
+
+
+PHASE_COLOURS: Final[Mapping[str, str]] = {
+    "Running": "green",
+    "Succeeded": "blue",
+    "Scheduled": "cyan",
+    "Scheduling": "cyan",
+    "Unschedulable": "yellow",
+    "Failed": "red",
+}
+GANG_COLOURS: Final[Mapping[str, str]] = {
+    ZONE_JOB.name: "magenta",
+    BLOCK_JOB.name: "blue",
+    RACK_JOB.name: "cyan",
+    NEXT_JOB.name: "green",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# What the API says
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    zone: str
+    block: str
+    rack: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    name: str
+    phase: str
+    pods: int
+    scheduled: int
+    running: int
+    succeeded: int
+    domain: str
+    condition_status: str
+    condition_reason: str
+    condition_message: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodState:
+    name: str
+    group: str
+    node: str
+    phase: str
+    gpus: int
+
+    @property
+    def active(self) -> bool:
+        return bool(self.node) and self.phase not in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    groups: Mapping[str, GroupState]
+    pods: Sequence[PodState]
+
+    def phase(self, name: str) -> str:
+        group = self.groups.get(name)
+        return group.phase if group else ""
+
+    def members(self, name: str) -> list[PodState]:
+        return [p for p in self.pods if p.group == name]
+
+
+def _group_state(item: Json) -> GroupState:
+    status = item.get("status") or {}
+    cond: Json = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "PodGroupScheduled"),
+        {},
+    )
+    return GroupState(
+        name=item["metadata"]["name"],
+        phase=status.get("phase", ""),
+        pods=int(status.get("pods", 0)),
+        scheduled=int(status.get("scheduled", 0)),
+        running=int(status.get("running", 0)),
+        succeeded=int(status.get("succeeded", 0)),
+        domain=status.get("domain", ""),
+        condition_status=cond.get("status", ""),
+        condition_reason=cond.get("reason", ""),
+        condition_message=cond.get("message", ""),
+    )
+
+
+def _pod_state(item: Json) -> PodState:
+    requests: Json = {}
+    for container in item["spec"].get("containers") or []:
+        requests = (container.get("resources") or {}).get("requests") or {}
+    return PodState(
+        name=item["metadata"]["name"],
+        group=(item["metadata"].get("labels") or {}).get(POD_GROUP_LABEL, ""),
+        node=item["spec"].get("nodeName", ""),
+        phase=(item.get("status") or {}).get("phase", "Pending"),
+        gpus=int(requests.get(GPU, 0)),
+    )
+
+
+def read_snapshot(api: client.ApiClient, namespace: str) -> Snapshot:
+    groups = request_json(api, "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}")
+    pods = request_json(api, "GET", f"/api/v1/namespaces/{namespace}/pods")
+    return Snapshot(
+        groups={g.name: g for g in map(_group_state, groups.get("items") or [])},
+        pods=[_pod_state(p) for p in pods.get("items") or []],
+    )
+
+
+def read_places(api: client.ApiClient, label_selector: str) -> dict[str, Place]:
+    """node name -> where it is, for the demo's nodes."""
+    nodes = request_json(api, "GET", "/api/v1/nodes", query={"labelSelector": label_selector})
+    places: dict[str, Place] = {}
+    for node in nodes.get("items") or []:
+        labels = node["metadata"].get("labels") or {}
+        places[node["metadata"]["name"]] = Place(
+            zone=labels.get(LEVEL_KEYS["zone"], "?"),
+            block=labels.get(LEVEL_KEYS["block"], "?"),
+            rack=labels.get(LEVEL_KEYS["rack"], "?"),
+        )
+    return places
+
+
+# --------------------------------------------------------------------------------------------
+# The live view
+
+
+def _short_rack(rack: str, block: str) -> str:
+    return rack.removeprefix(f"{block}-")
+
+
+def render(snap: Snapshot, places: Mapping[str, Place], style: Style) -> list[str]:
+    """The view as lines; equal lines mean nothing changed."""
+    lines: list[str] = []
+    header = f"  {'GANG':<10} {'PHASE':<13} {'PODS':>4} {'SCHED':>5} {'RUN':>4} {'DONE':>4}  DOMAIN"
+    lines.append(style(header, "bold"))
+    for gang in GANGS:
+        group = snap.groups.get(gang.name)
+        if group is None:
+            continue
+        phase = group.phase or "-"
+        row = (
+            f"  {style(f'{gang.name:<10}', GANG_COLOURS[gang.name])} "
+            f"{style(f'{phase:<13}', PHASE_COLOURS.get(phase, 'dim'))} "
+            f"{group.pods:>4} {group.scheduled:>5} {group.running:>4} {group.succeeded:>4}  "
+            f"{group.domain or '-'}"
+        )
+        lines.append(row)
+        if group.condition_status == "False" and group.condition_message:
+            why = f"{group.condition_reason}: {group.condition_message}"
+            lines.append(f"  {'':<10} {style('why it waits:', 'yellow')} {why}")
+
+    # Pods per rack, per gang (only pods bound and not finished: what holds GPUs now).
+    racks: dict[str, set[str]] = {}  # block -> its racks
+    for place in places.values():
+        racks.setdefault(place.block, set()).add(place.rack)
+    per_rack: dict[str, Counter[str]] = {}
+    gpus_used: Counter[str] = Counter()
+    for pod in snap.pods:
+        where = places.get(pod.node)
+        if not pod.active or where is None:
+            continue
+        per_rack.setdefault(where.rack, Counter())[pod.group] += 1
+        gpus_used[where.block] += pod.gpus
+    block_gpus = {
+        block: len([p for p in places.values() if p.block == block]) * GPUS_PER_HOST for block in racks
+    }
+    cells: dict[str, str] = {}
+    width = 6
+    for rack, counts in per_rack.items():
+        cells[rack] = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+        width = max(width, len(cells[rack]))
+    lines.append("")
+    lines.append(
+        style(
+            f"  {'BLOCK':<12} {'GPUS':>7}  "
+            + "  ".join(f"{name:<{width}}" for name in _rack_columns(racks))
+            + "   (pods per rack, finished pods not shown)",
+            "bold",
+        )
+    )
+    for block in sorted(racks):
+        row_cells = []
+        ordered = sorted(racks[block])
+        for rack in ordered:
+            text = cells.get(rack, "")
+            padded = text or "."
+            if rack != ordered[-1]:  # no trailing blanks: CI logs and diffs stay clean
+                padded = f"{padded:<{width}}"
+            if text and len(per_rack[rack]) == 1:
+                padded = style(padded, GANG_COLOURS.get(next(iter(per_rack[rack])), "bold"))
+            elif not text:
+                padded = style(padded, "dim")
+            row_cells.append(padded)
+        used = f"{gpus_used[block]}/{block_gpus[block]}"
+        lines.append(f"  {block:<12} {used:>7}  " + "  ".join(row_cells))
+    return lines
+
+
+def _rack_columns(racks: Mapping[str, set[str]]) -> list[str]:
+    """Column titles: the rack names inside a block (r0, r1, ...), from the first block."""
+    if not racks:
+        return []
+    block = sorted(racks)[0]
+    return [_short_rack(rack, block) for rack in sorted(racks[block])]
+
+
+# --------------------------------------------------------------------------------------------
+# The story
+
+
+class StoryError(RuntimeError):
+    """Something did not happen as scripted; the message says what."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    poll: float  # seconds between two looks at the API
+    hold: float  # how long next-job is shown waiting before block-job finishes
+    timeout: float  # the whole story
+
+
+NORMAL: Final = Timing(poll=1.0, hold=5.0, timeout=90.0)
+FAST: Final = Timing(poll=0.2, hold=1.0, timeout=60.0)
+
+
+@dataclass(slots=True)
+class StoryResult:
+    """How the story ended: per gang its phase and where its pods were bound."""
+
+    phases: dict[str, str]
+    domains: dict[str, str]  # status.domain
+    zones: dict[str, set[str]]
+    blocks: dict[str, set[str]]
+    racks: dict[str, set[str]]
+    waiting_message: str  # next-job's condition while it waited
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def inside(self, gang: Gang) -> set[str]:
+        """The domains of the gang's Required level holding its pods."""
+        return {"zone": self.zones, "block": self.blocks, "rack": self.racks}[gang.level][gang.name]
+
+
+class Story:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        namespace: str,
+        timing: Timing,
+        out: TextIO,
+        style: Style,
+        places: Mapping[str, Place],
+        pod_node_selector: Mapping[str, str] | None,
+        check_alive: Callable[[], None] | None,
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.timing = timing
+        self.out = out
+        self.style = style
+        self.places = places
+        self.pod_node_selector = pod_node_selector
+        self.check_alive = check_alive
+        self.started = time.monotonic()
+        self.deadline = self.started + timing.timeout
+        self.last_view: list[str] = []
+        self.snap = Snapshot(groups={}, pods=[])
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def say(self, text: str) -> None:
+        print(self.style(f"[{self.elapsed():5.1f}s] ==> {text}", "bold"), file=self.out, flush=True)
+
+    def look(self) -> Snapshot:
+        """Read the API; print the view if it changed."""
+        if self.check_alive is not None:
+            self.check_alive()
+        self.snap = read_snapshot(self.api, self.namespace)
+        view = render(self.snap, self.places, self.style)
+        if view != self.last_view:
+            self.last_view = view
+            print(self.style(f"[{self.elapsed():5.1f}s]", "dim"), file=self.out)
+            print("\n".join(view), file=self.out)
+            print(file=self.out, flush=True)
+        return self.snap
+
+    def wait_for(self, what: str, check: Callable[[Snapshot], bool]) -> Snapshot:
+        while True:
+            snap = self.look()
+            if check(snap):
+                return snap
+            if time.monotonic() > self.deadline:
+                raise StoryError(
+                    f"expected {what} within {self.timing.timeout:g}s; last seen: {describe(snap)}"
+                )
+            time.sleep(self.timing.poll)
+
+    def submit(self, gang: Gang) -> None:
+        self.say(f"submit {gang.headline()}")
+        base = f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{PLURAL}"
+        request_json(self.api, "POST", base, body=gang.pod_group())
+        for body in gang.pod_bodies(self.pod_node_selector):
+            request_json(self.api, "POST", f"/api/v1/namespaces/{self.namespace}/pods", body=body)
+
+    def finish(self, gang: Gang) -> None:
+        self.say(f"{gang.name} finishes: its {gang.pods} pods exit 0 (phase Succeeded), freeing their GPUs")
+        for pod in self.snap.members(gang.name):
+            fakenodes.finish_pod(api=self.api, namespace=self.namespace, name=pod.name, succeeded=True)
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def where(self, gang: Gang, level: Level) -> set[str]:
+        """The distinct zones, blocks or racks holding the gang's bound pods."""
+        out: set[str] = set()
+        for pod in self.snap.members(gang.name):
+            place = self.places.get(pod.node)
+            if pod.node and place is not None:
+                out.add(getattr(place, level))
+            elif pod.node:
+                out.add(f"(node {pod.node} outside the demo's nodes)")
+        return out
+
+    def check_inside(self, gang: Gang) -> str:
+        domains = self.where(gang, gang.level)
+        if len(domains) != 1:
+            raise StoryError(
+                f"{gang.name} should be inside one {gang.level}, its pods are in {sorted(domains)}"
+            )
+        return next(iter(domains))
+
+
+def describe(snap: Snapshot) -> str:
+    parts = []
+    for gang in GANGS:
+        group = snap.groups.get(gang.name)
+        if group is None:
+            continue
+        text = f"{gang.name} {group.phase or 'no status'} {group.scheduled}/{group.pods} scheduled"
+        if group.condition_status == "False":
+            text += f" ({group.condition_reason}: {group.condition_message})"
+        parts.append(text)
+    return "; ".join(parts) or "no PodGroups"
+
+
+def _running(*gangs: Gang) -> Callable[[Snapshot], bool]:
+    def check(snap: Snapshot) -> bool:
+        for gang in gangs:
+            group = snap.groups.get(gang.name)
+            if group is None or group.phase != "Running" or group.running < gang.pods:
+                return False
+        return True
+
+    return check
+
+
+def run_story(
+    api: client.ApiClient,
+    *,
+    namespace: str = DEMO_NAMESPACE,
+    timing: Timing = NORMAL,
+    out: TextIO | None = None,
+    style: Style | None = None,
+    node_label_selector: str = f"{fakenodes.FAKE_NODE_LABEL}=true",
+    pod_node_selector: Mapping[str, str] | None = None,
+    check_alive: Callable[[], None] | None = None,
+) -> StoryResult:
+    """Submit the four gangs into `namespace`, finish block-job, and check every step.
+
+    Needs the demo's nodes (:func:`node_set`, selected by `node_label_selector`), a kubelet
+    stand-in and a running gangsched. Raises :class:`StoryError` when a step does not happen
+    as scripted; `check_alive` is called at every look, to fail fast if the operator died.
+    """
+    stream = out if out is not None else sys.stdout
+    places = read_places(api, node_label_selector)
+    if len(places) != SHAPE.size:
+        raise StoryError(f"expected {SHAPE.size} demo nodes ({node_label_selector}), found {len(places)}")
+    story = Story(
+        api,
+        namespace=namespace,
+        timing=timing,
+        out=stream,
+        style=style or Style(False),
+        places=places,
+        pod_node_selector=pod_node_selector,
+        check_alive=check_alive,
+    )
+    timings: dict[str, float] = {}
+
+    # 1. A gang that needs a whole zone.
+    story.submit(ZONE_JOB)
+    t = time.monotonic()
+    story.wait_for(f"{ZONE_JOB.name} Running", _running(ZONE_JOB))
+    timings[f"{ZONE_JOB.name} submitted -> Running"] = time.monotonic() - t
+    zone = story.check_inside(ZONE_JOB)
+
+    # 2. One that needs a block, one that fits a rack: both go to the other zone.
+    story.submit(BLOCK_JOB)
+    story.submit(RACK_JOB)
+    t = time.monotonic()
+    story.wait_for(f"{BLOCK_JOB.name} and {RACK_JOB.name} Running", _running(BLOCK_JOB, RACK_JOB))
+    timings[f"{BLOCK_JOB.name} + {RACK_JOB.name} submitted -> Running"] = time.monotonic() - t
+    block = story.check_inside(BLOCK_JOB)
+    story.check_inside(RACK_JOB)
+    if zone in story.where(BLOCK_JOB, "zone") | story.where(RACK_JOB, "zone"):
+        raise StoryError(f"{ZONE_JOB.name} holds all of zone {zone}, yet another gang landed there")
+
+    # 3. One that cannot fit: every block has something running. It must wait, saying why.
+    story.submit(NEXT_JOB)
+
+    def refused(snap: Snapshot) -> bool:
+        group = snap.groups.get(NEXT_JOB.name)
+        return (
+            group is not None and group.condition_reason == "Unschedulable" and bool(group.condition_message)
+        )
+
+    t = time.monotonic()
+    snap = story.wait_for(f"{NEXT_JOB.name} reported Unschedulable", refused)
+    timings[f"{NEXT_JOB.name} submitted -> Unschedulable"] = time.monotonic() - t
+    waiting_message = snap.groups[NEXT_JOB.name].condition_message
+    story.say(f"{NEXT_JOB.name} waits: {waiting_message}")
+    hold_until = time.monotonic() + timing.hold
+    while time.monotonic() < hold_until:
+        snap = story.look()
+        if story.where(NEXT_JOB, "rack"):
+            raise StoryError(f"{NEXT_JOB.name} got pods bound while no block could hold it: {describe(snap)}")
+        time.sleep(timing.poll)
+
+    # 4. block-job finishes; its block is the only whole one, so next-job goes there.
+    story.finish(BLOCK_JOB)
+    t = time.monotonic()
+
+    def next_running(snap: Snapshot) -> bool:
+        return snap.phase(BLOCK_JOB.name) == "Succeeded" and _running(NEXT_JOB)(snap)
+
+    story.wait_for(f"{NEXT_JOB.name} to run once {BLOCK_JOB.name} finished", next_running)
+    timings[f"{BLOCK_JOB.name} finished -> {NEXT_JOB.name} Running"] = time.monotonic() - t
+    if story.check_inside(NEXT_JOB) != block:
+        raise StoryError(f"{NEXT_JOB.name} should take block {block}, freed by {BLOCK_JOB.name}")
+
+    snap = story.wait_for(
+        "the end: every gang Running or Succeeded",
+        lambda s: all(s.phase(g.name) in ("Running", "Succeeded") for g in GANGS),
+    )
+    timings["story"] = story.elapsed()
+    return StoryResult(
+        phases={g.name: snap.phase(g.name) for g in GANGS},
+        domains={g.name: snap.groups[g.name].domain for g in GANGS},
+        zones={g.name: story.where(g, "zone") for g in GANGS},
+        blocks={g.name: story.where(g, "block") for g in GANGS},
+        racks={g.name: story.where(g, "rack") for g in GANGS},
+        waiting_message=waiting_message,
+        timings=timings,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Setting the stage: CRD, operator
+
+
+def apply_crd(api: client.ApiClient, *, timeout: float = 30.0) -> None:
+    body = yaml.safe_load(CRD.read_text())
+    try:
+        request_json(api, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            request_json(api, "GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}")
+            return
+        except ApiException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """preexec_fn: the child gets SIGKILL when we die, even by SIGKILL (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+class OperatorProcess:
+    """`python -m gangsched.cli run` as a child in its own process group, logging to a file."""
+
+    def __init__(self, *, kubeconfig: Path, log: Path, args: Sequence[str] = ()) -> None:
+        self.kubeconfig = kubeconfig
+        self.log = log
+        self.args = list(args)
+        self.port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        command = [
+            sys.executable,
+            "-m",
+            "gangsched.cli",
+            "run",
+            "--liveness-port",
+            str(self.port),
+            *self.args,
+        ]
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                process_group=0,  # Ctrl-C reaches the demo, which stops the operator itself
+                preexec_fn=_die_with_parent(),
+            )
+
+    def health(self) -> Json | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2) as resp:
+                body: Json = json.loads(resp.read())
+                return body
+        except (OSError, ValueError):
+            return None
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Ready when /healthz shows the scheduling loop has turned (its cache primed).
+
+        kopf runs probes at most every 10 s and serves the cached answer in between, so a
+        /healthz asked before the first cycle keeps saying `cycles: 0` for 10 s. Hence: first
+        wait for the operator's "cache primed" log line (the first cycle follows at once),
+        or 15 s if that line never comes, and only then ask /healthz.
+        """
+        started = time.monotonic()
+        deadline = started + timeout
+        while time.monotonic() - started < 15.0 and "cache primed" not in self._log_text():
+            self.check_alive()
+            time.sleep(0.05)
+        while True:
+            self.check_alive()
+            health = self.health() or {}
+            if (health.get("scheduler") or {}).get("cycles", 0) > 0:
+                return
+            if time.monotonic() > deadline:
+                raise StoryError(f"gangsched run not ready after {timeout:g}s:\n{self.tail()}")
+            time.sleep(0.1)
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise StoryError(f"gangsched run exited with code {self.proc.returncode}:\n{self.tail()}")
+
+    def stop(self, grace: float = 10.0) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            try:
+                proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def _log_text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return "(no operator log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------------------------------
+# main
+
+
+@contextlib.contextmanager
+def _stopwatch(timings: dict[str, float], name: str) -> Iterator[None]:
+    started = time.monotonic()
+    yield
+    timings[name] = time.monotonic() - started
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="hack/demo.py", description="gangsched on a local control plane: four gangs, one story."
+    )
+    parser.add_argument("--fast", action="store_true", help="short pauses (for tests)")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds for the story (default 90)")
+    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    parser.add_argument(
+        "--operator-log",
+        type=Path,
+        default=None,
+        help="keep the operator's log in this file (default: a temporary file, removed at the end)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="run the operator with --verbose")
+    args = parser.parse_args(argv)
+    timing = FAST if args.fast else NORMAL
+    if args.timeout:
+        timing = Timing(poll=timing.poll, hold=timing.hold, timeout=args.timeout)
+    out = sys.stdout
+    style = Style.for_stream(out, args.color)
+    started = time.monotonic()
+    timings: dict[str, float] = {}
+
+    def say(text: str) -> None:
+        print(style(f"# {text}", "dim"), file=out, flush=True)
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored
+    code = 0
+    try:
+        with contextlib.ExitStack() as stack:
+            say(f"starting kube-apiserver {devcluster.K8S_VERSION} + etcd on 127.0.0.1")
+            with _stopwatch(timings, "control plane"):
+                cp = stack.enter_context(devcluster.ControlPlane())
+            api = stack.enter_context(cp.api_client())
+            with _stopwatch(timings, "32 nodes + agent + CRD"):
+                names = fakenodes.create_nodes(api=api, spec=node_set())
+                agent_api = stack.enter_context(cp.api_client())
+                agent = stack.enter_context(fakenodes.NodeAgent(api_client=agent_api))
+                apply_crd(api)
+                request_json(api, "POST", "/api/v1/namespaces", body={"metadata": {"name": DEMO_NAMESPACE}})
+            say(
+                f"{len(names)} fake nodes: {SHAPE.zones} zones x {SHAPE.blocks} blocks x {SHAPE.racks} racks "
+                f"x {SHAPE.hosts} hosts, {GPUS_PER_HOST} GPUs each (rack {RACK_GPUS}, block {BLOCK_GPUS}, "
+                f"zone {ZONE_GPUS} GPUs); PodGroup CRD applied"
+            )
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gangsched-demo-")))
+            operator = OperatorProcess(
+                kubeconfig=cp.kubeconfig_path,
+                log=args.operator_log or workdir / "operator.log",
+                args=["--verbose"] if args.verbose else [],
+            )
+            stack.enter_context(operator)
+            # Unwinding starts here: from now on Ctrl-C must not cut the cleanup short.
+            stack.callback(signal.signal, signal.SIGINT, signal.SIG_IGN)
+            say(f"starting gangsched run (health on :{operator.port})")
+            say(
+                "the view below is printed again whenever something changes; SCHED = pods bound, "
+                "DONE = pods succeeded; the grid counts each gang's unfinished pods per rack"
+            )
+            with _stopwatch(timings, "operator ready"):
+                operator.wait_ready()
+            try:
+                result = run_story(api, timing=timing, out=out, style=style, check_alive=operator.check_alive)
+            except (StoryError, ApiException) as exc:
+                print(style(f"demo failed: {exc}", "red", "bold"), file=sys.stderr)
+                print(f"last lines of the operator's log:\n{operator.tail()}", file=sys.stderr)
+                code = 1
+            else:
+                timings.update(result.timings)
+                print(style("The story went as scripted:", "green", "bold"), file=out)
+                for gang in GANGS:
+                    where = ", ".join(sorted(result.inside(gang)))
+                    print(
+                        f"  {gang.name:<10} {result.phases[gang.name]:<10} in {gang.level} {where}", file=out
+                    )
+                print(f"  {NEXT_JOB.name} waited because: {result.waiting_message}", file=out)
+            if agent.errors:
+                say(f"the node agent survived {len(agent.errors)} errors: {agent.errors[:3]!r}")
+            say("stopping the operator and the control plane")
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopped the operator and the control plane, cleaned up", file=sys.stderr)
+        return 130
+    except StoryError as exc:
+        print(style(f"demo failed: {exc}", "red", "bold"), file=sys.stderr)
+        return 1
+    except (devcluster.BinariesNotFoundError, devcluster.ControlPlaneError) as exc:
+        print(f"demo failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    timings["total"] = time.monotonic() - started
+    say("timings: " + ", ".join(f"{name} {seconds:.1f}s" for name, seconds in timings.items()))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

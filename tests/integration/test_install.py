@@ -1,0 +1,448 @@
+"""Installing from crds/ and manifests/ on the real kube-apiserver: the RBAC is enough, and no more.
+
+Every object of manifests/kustomization.yaml is applied through the API server (server-side
+apply, so the test is idempotent across runs and with other tests in the session). The
+Deployment is accepted although no kubelet will run it. Then `gangsched run` runs with the
+args and environment of that Deployment and ONLY a token of its ServiceAccount: it must
+schedule a gang, write PodGroup status and Events, roll a partial gang back (pods delete)
+and hold its Lease without a single 403; and that identity must be refused everything
+outside its job.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from operator_support import (
+    Operator,
+    bound_nodes,
+    create_pod_group,
+    create_pods,
+    events,
+    gang,
+    get_pod_group,
+    list_pods,
+    operator_factory,
+    pod_group_body,
+    wait_until,
+)
+
+from gangsched import devcluster, fakenodes
+from gangsched._rawapi import request_json
+from gangsched.model import GROUP, PLURAL, VERSION
+
+pytestmark = pytest.mark.integration
+__all__ = ["operator_factory"]  # the fixture, re-exported for pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = ROOT / "manifests"
+CRDS = ROOT / "crds"
+NAMESPACE = "gangsched-system"
+SERVICE_ACCOUNT = "gangsched"
+APPLY_PATCH = "application/apply-patch+yaml"
+FIELD_MANAGER = "gangsched-install-test"
+RACK = "example.com/rack"
+
+Body = dict[str, Any]
+
+
+# --------------------------------------------------------------------------- applying manifests
+
+
+def kustomization_files() -> list[Path]:
+    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    return [MANIFESTS / name for name in kustomization["resources"]]
+
+
+def load_objects(paths: list[Path]) -> list[Body]:
+    return [doc for path in paths for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def manifest_objects() -> list[Body]:
+    return load_objects(kustomization_files())
+
+
+def crd_objects() -> list[Body]:
+    return load_objects(sorted(CRDS.glob("*.yaml")))
+
+
+class Paths:
+    """URL paths of objects by apiVersion and kind, from the server's discovery."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self._known: dict[tuple[str, str], tuple[str, bool]] = {}
+
+    def resource(self, api_version: str, kind: str) -> tuple[str, bool]:
+        """(collection prefix without namespace, namespaced?) for one kind."""
+        key = (api_version, kind)
+        if key not in self._known:
+            prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+            found = request_json(self.api, "GET", prefix)
+            for resource in found["resources"]:
+                if "/" not in resource["name"]:
+                    self._known[(api_version, resource["kind"])] = (
+                        f"{prefix}/{resource['name']}",
+                        bool(resource["namespaced"]),
+                    )
+        collection, namespaced = self._known[key]
+        return collection, namespaced
+
+    def item(self, body: Mapping[str, Any]) -> str:
+        collection, namespaced = self.resource(body["apiVersion"], body["kind"])
+        meta = body["metadata"]
+        if namespaced:
+            prefix, resource = collection.rsplit("/", 1)
+            return f"{prefix}/namespaces/{meta['namespace']}/{resource}/{meta['name']}"
+        return f"{collection}/{meta['name']}"
+
+
+def apply(api: client.ApiClient, paths: Paths, body: Body) -> Body:
+    """Server-side apply: creates or updates, whoever made the object before."""
+    result: Body = request_json(
+        api,
+        "PATCH",
+        paths.item(body),
+        query={"fieldManager": FIELD_MANAGER, "force": True},
+        body=body,
+        content_type=APPLY_PATCH,
+    )
+    return result
+
+
+def all_bound(api: client.ApiClient, namespace: str, group: str, size: int) -> Callable[[], dict[str, str]]:
+    """For wait_until: pod -> node once all `size` pods of `group` are bound, else {}."""
+
+    def check() -> dict[str, str]:
+        nodes = bound_nodes(api, namespace, group)
+        return nodes if len(nodes) == size else {}
+
+    return check
+
+
+def crd_established(api: client.ApiClient, name: str) -> bool:
+    crd = request_json(api, "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+@pytest.fixture(scope="module")
+def installed(admin_api: client.ApiClient) -> list[Body]:
+    """`kubectl apply -f crds/ && kubectl apply -k manifests/`, through the API server."""
+    paths = Paths(admin_api)
+    for crd in crd_objects():
+        apply(admin_api, paths, crd)
+        name = crd["metadata"]["name"]
+        wait_until(partial(crd_established, admin_api, name), what=f"CRD {name} established")
+    objects = manifest_objects()
+    for body in objects:
+        apply(admin_api, paths, body)
+    return objects
+
+
+def the(objects: list[Body], kind: str) -> Body:
+    (found,) = [o for o in objects if o["kind"] == kind]
+    return found
+
+
+def container(objects: list[Body]) -> Body:
+    (main,) = the(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return dict(main)
+
+
+def deployment_args(objects: list[Body]) -> list[str]:
+    """The Deployment's args without --liveness-port (the test gives each operator its own)."""
+    args = [str(a) for a in container(objects).get("args") or []]
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--liveness-port":
+            skip = True
+        elif not arg.startswith("--liveness-port="):
+            out.append(arg)
+    return out
+
+
+def deployment_env(objects: list[Body], *, pod_name: str) -> dict[str, str]:
+    """The Deployment's environment as the kubelet would resolve it for a pod named `pod_name`."""
+    fields = {"metadata.name": pod_name, "metadata.namespace": NAMESPACE}
+    env: dict[str, str] = {}
+    for var in container(objects).get("env") or []:
+        if "value" in var:
+            env[var["name"]] = str(var["value"])
+        else:
+            env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
+
+
+# --------------------------------------------------------------------------- the identity
+
+
+@pytest.fixture(scope="module")
+def sa_token(control_plane: devcluster.ControlPlane, installed: list[Body]) -> str:
+    assert the(installed, "ServiceAccount")["metadata"]["name"] == SERVICE_ACCOUNT
+    return control_plane.mint_token(namespace=NAMESPACE, service_account=SERVICE_ACCOUNT)
+
+
+@pytest.fixture(scope="module")
+def sa_api(control_plane: devcluster.ControlPlane, sa_token: str) -> Iterator[client.ApiClient]:
+    with control_plane.api_client(token=sa_token) as api:
+        yield api
+
+
+def test_manifests_are_accepted_and_the_pod_meets_restricted_pod_security(
+    admin_api: client.ApiClient, installed: list[Body]
+) -> None:
+    paths = Paths(admin_api)
+    for body in installed:
+        live = request_json(admin_api, "GET", paths.item(body))
+        assert live["metadata"]["name"] == body["metadata"]["name"]
+    kinds = {o["kind"] for o in installed}
+    assert kinds >= {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "PodDisruptionBudget",
+        "Service",
+    }
+    # No wildcard anywhere in the RBAC.
+    for role in (o for o in installed if o["kind"] in ("ClusterRole", "Role")):
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule.get(field, []), (role["metadata"]["name"], rule)
+    # The namespace enforces the `restricted` Pod Security Standard, and a pod made from the
+    # Deployment's template passes it (dry run: nothing is stored).
+    template = the(installed, "Deployment")["spec"]["template"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gangsched-dry-run", "labels": template["metadata"]["labels"]},
+        "spec": template["spec"],
+    }
+    request_json(admin_api, "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", query={"dryRun": "All"}, body=pod)
+    # ... which is not a formality: the same pod without its securityContext is refused.
+    insecure = {**pod, "spec": {k: v for k, v in template["spec"].items() if k != "securityContext"}}
+    insecure["spec"]["containers"] = [
+        {k: v for k, v in c.items() if k != "securityContext"} for c in template["spec"]["containers"]
+    ]
+    with pytest.raises(ApiException) as refused:
+        request_json(
+            admin_api, "POST", f"/api/v1/namespaces/{NAMESPACE}/pods", query={"dryRun": "All"}, body=insecure
+        )
+    assert refused.value.status == 403
+    assert "restricted" in str(refused.value.body)
+
+
+def test_operator_schedules_with_only_its_service_account(
+    control_plane: devcluster.ControlPlane,
+    admin_api: client.ApiClient,
+    installed: list[Body],
+    sa_token: str,
+    sa_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: Callable[[fakenodes.NodeSet], list[str]],
+    node_agent: fakenodes.NodeAgent,
+    operator_factory: Callable[..., Operator],
+) -> None:
+    prefix = f"i{uuid.uuid4().hex[:5]}-"
+    names = fake_nodes(
+        fakenodes.NodeSet(
+            shape=fakenodes.TopologyShape(zones=1, blocks=1, racks=2, hosts=2),
+            name_prefix=prefix,
+            extended={"nvidia.com/gpu": "8"},
+        )
+    )
+    priority_class = f"{prefix}high"
+    request_json(
+        admin_api,
+        "POST",
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        body={"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": priority_class}, "value": 1000},
+    )
+    kubeconfig = control_plane.kubeconfig_for_token(token=sa_token)
+    pod_name = f"gangsched-{uuid.uuid4().hex[:5]}"
+    args = deployment_args(installed)
+    op = operator_factory(*args, kubeconfig=kubeconfig, env=deployment_env(installed, pod_name=pod_name))
+    try:
+        # A gang of 4 in one rack, with a PriorityClass: list/watch of every kind, bindings,
+        # status patches and Events.
+        body = pod_group_body("train", 4, topology=[(RACK, "Required")], timeout=3)
+        body["spec"]["priorityClassName"] = priority_class
+        create_pod_group(admin_api, namespace, body)
+        create_pods(admin_api, namespace, gang("train", 4, gpu=4))
+        placed = wait_until(all_bound(admin_api, namespace, "train", 4), what="the gang to be bound")
+        racks = {
+            request_json(admin_api, "GET", f"/api/v1/nodes/{node}")["metadata"]["labels"][RACK]
+            for node in placed.values()
+        }
+        assert len(racks) == 1
+        assert set(placed.values()) <= set(names)
+        # A live read of a pod (the loop does it when the watch lags or a binding conflicts).
+        pod = request_json(sa_api, "GET", f"/api/v1/namespaces/{namespace}/pods/train-0")
+        assert pod["spec"]["nodeName"] == placed["train-0"]
+        wait_until(
+            lambda: get_pod_group(admin_api, namespace, "train").get("status", {}).get("phase") == "Running",
+            what="PodGroup status Running",
+        )
+        wait_until(
+            lambda: (
+                {
+                    e["involvedObject"]["name"]
+                    for e in events(admin_api, namespace)
+                    if e["reason"] == "Scheduled"
+                }
+                >= {"train", *(f"train-{i}" for i in range(4))}
+            ),
+            what="Scheduled Events on the pods and the PodGroup",
+        )
+        # A member goes away for good: the gang is below minCount, and after its
+        # scheduleTimeoutSeconds the operator deletes the others (pods delete).
+        request_json(
+            admin_api,
+            "DELETE",
+            f"/api/v1/namespaces/{namespace}/pods/train-3",
+            body={"gracePeriodSeconds": 0},
+        )
+        wait_until(lambda: not list_pods(admin_api, namespace, "train"), timeout=30, what="the rollback")
+        assert "Timeout" in {e["reason"] for e in events(admin_api, namespace, name="train")}
+        if "--leader-elect" in args:
+            lease_name = "gangsched"
+            lease = request_json(
+                admin_api, "GET", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{lease_name}"
+            )
+            assert lease["spec"]["holderIdentity"] == pod_name
+    finally:
+        op.stop()
+        request_json(admin_api, "DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{priority_class}")
+    denied = re.findall(r".*(?:\b403\b|forbidden|not enough permissions).*", op.log_text(), re.IGNORECASE)
+    assert not denied, "\n".join(denied[:20])
+
+
+FORBIDDEN: list[tuple[str, str, str, Body | None]] = [
+    # (what, method, path, body); {ns} is a namespace the operator schedules in.
+    ("delete a node", "DELETE", "/api/v1/nodes/{node}", None),
+    ("patch a node", "PATCH", "/api/v1/nodes/{node}", {"metadata": {"labels": {"x": "y"}}}),
+    ("list secrets anywhere", "GET", "/api/v1/secrets", None),
+    ("read secrets in its own namespace", "GET", f"/api/v1/namespaces/{NAMESPACE}/secrets", None),
+    ("read configmaps", "GET", "/api/v1/namespaces/{ns}/configmaps", None),
+    ("create pods", "POST", "/api/v1/namespaces/{ns}/pods", {"metadata": {"name": "x"}}),
+    ("patch a pod", "PATCH", "/api/v1/namespaces/{ns}/pods/x", {"metadata": {"labels": {"x": "y"}}}),
+    ("evict a pod", "POST", "/api/v1/namespaces/{ns}/pods/x/eviction", {"metadata": {"name": "x"}}),
+    ("delete PodGroups", "DELETE", f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}/x", None),
+    ("create PodGroups", "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}", {"metadata": {}}),
+    ("patch a PodGroup's spec", "PATCH", f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}/x", {}),
+    (
+        "replace a PodGroup's status",
+        "PUT",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}/x/status",
+        {},
+    ),
+    ("delete a CRD", "DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/x", None),
+    ("read another Lease", "GET", f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/x", None),
+    ("create a Lease elsewhere", "POST", "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", {}),
+    (
+        "delete its Lease",
+        "DELETE",
+        f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/gangsched",
+        None,
+    ),
+    ("create PriorityClasses", "POST", "/apis/scheduling.k8s.io/v1/priorityclasses", {}),
+    ("grant itself more", "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {}),
+    ("list namespaces", "GET", "/api/v1/namespaces", None),
+]
+
+
+@pytest.mark.parametrize(("what", "method", "path", "body"), FORBIDDEN, ids=[f[0] for f in FORBIDDEN])
+def test_the_identity_is_refused_outside_its_job(
+    sa_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: Callable[[fakenodes.NodeSet], list[str]],
+    what: str,
+    method: str,
+    path: str,
+    body: Body | None,
+) -> None:
+    node = "none"
+    if "{node}" in path:
+        node = fake_nodes(fakenodes.NodeSet(count=1, name_prefix=f"f{uuid.uuid4().hex[:5]}-"))[0]
+    content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
+    with pytest.raises(ApiException) as refused:
+        request_json(
+            sa_api, method, path.format(ns=namespace, node=node), body=body, content_type=content_type
+        )
+    assert refused.value.status == 403, (what, refused.value.status, refused.value.body)
+
+
+def example_objects(namespace: str) -> list[Body]:
+    """examples/training-job.yaml as `kubectl apply -n NAMESPACE -f` sends it (Lists expanded)."""
+    out: list[Body] = []
+    for doc in load_objects([ROOT / "examples" / "training-job.yaml"]):
+        for body in doc["items"] if doc["kind"] == "List" else [doc]:
+            out.append({**body, "metadata": {**body["metadata"], "namespace": namespace}})
+    return out
+
+
+def test_example_training_job_lands_in_one_block(
+    control_plane: devcluster.ControlPlane,
+    admin_api: client.ApiClient,
+    installed: list[Body],
+    sa_token: str,
+    namespace: str,
+    fake_nodes: Callable[[fakenodes.NodeSet], list[str]],
+    node_agent: fakenodes.NodeAgent,
+    operator_factory: Callable[..., Operator],
+) -> None:
+    """The example is valid against the API and the CRD, and goes where its comments say."""
+    prefix = f"x{uuid.uuid4().hex[:5]}-"
+    names = fake_nodes(
+        fakenodes.NodeSet(
+            shape=fakenodes.TopologyShape(zones=1, blocks=2, racks=2, hosts=4),
+            name_prefix=prefix,
+            cpu="96",
+            memory="1Ti",
+            extended={"nvidia.com/gpu": "8"},
+        )
+    )
+    kubeconfig = control_plane.kubeconfig_for_token(token=sa_token)
+    operator_factory(
+        *deployment_args(installed),
+        kubeconfig=kubeconfig,
+        env=deployment_env(installed, pod_name=f"gangsched-{uuid.uuid4().hex[:5]}"),
+    )
+    paths = Paths(admin_api)
+    objects = example_objects(namespace)
+    for body in objects:
+        apply(admin_api, paths, body)
+    (group,) = [o["metadata"]["name"] for o in objects if o["kind"] == "PodGroup"]
+    pods = [o["metadata"]["name"] for o in objects if o["kind"] == "Pod"]
+    assert len(pods) == 9
+    placed = wait_until(
+        all_bound(admin_api, namespace, group, len(pods)), what="the example's 9 pods to be bound"
+    )
+    labels = {
+        node: request_json(admin_api, "GET", f"/api/v1/nodes/{node}")["metadata"]["labels"] for node in names
+    }
+    assert len({labels[n]["example.com/block"] for n in placed.values()}) == 1
+    # 8 workers x 8 GPUs on 8-GPU hosts: one host each; a rack has 4, so two racks.
+    workers = [node for pod, node in placed.items() if "worker" in pod]
+    assert len(set(workers)) == 8
+    assert len({labels[n][RACK] for n in placed.values()}) == 2
+    wait_until(
+        lambda: get_pod_group(admin_api, namespace, group).get("status", {}).get("phase") == "Running",
+        what="the example PodGroup Running",
+    )
