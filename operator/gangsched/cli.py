@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -74,15 +75,18 @@ def simulate(paths: tuple[Path, ...], output: str, scheduler_name: str) -> None:
 )
 @click.option("--liveness-port", type=int, default=8080, show_default=True, help="0 disables the endpoint.")
 @click.option(
+    "--metrics-port", type=int, default=0, show_default=True, help="Serve Prometheus /metrics here (0: off)."
+)
+@click.option(
     "--concurrency", type=click.IntRange(1, 512), default=32, show_default=True, help="Parallel API writes."
 )
 @click.option("--log-format", type=click.Choice(["human", "json"]), default="human", show_default=True)
 @click.option("--verbose", "-v", is_flag=True)
 @click.option(
     "--leader-elect/--no-leader-elect",
-    default=False,
-    show_default=True,
-    help="Hold a Lease before scheduling, so that of several replicas exactly one schedules.",
+    default=None,
+    help="Hold a Lease before scheduling, so that of several replicas exactly one schedules. "
+    "Default: on inside a pod, off elsewhere.",
 )
 @click.option(
     "--lease-namespace",
@@ -101,10 +105,11 @@ def run(
     scheduler_name: str,
     kubeconfig: str | None,
     liveness_port: int,
+    metrics_port: int,
     concurrency: int,
     log_format: str,
     verbose: bool,
-    leader_elect: bool,
+    leader_elect: bool | None,
     lease_namespace: str,
     lease_name: str | None,
     lease_duration: float,
@@ -120,6 +125,8 @@ def run(
     if namespaces and all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces are exclusive")
     lease = None
+    if leader_elect is None:
+        leader_elect = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     if leader_elect:
         try:
             lease = LeaseConfig(
@@ -139,6 +146,7 @@ def run(
         ),
         kubeconfig=kubeconfig,
         liveness_port=liveness_port or None,
+        metrics_port=metrics_port or None,
         concurrency=concurrency,
         log_format=log_format,
         verbose=verbose,

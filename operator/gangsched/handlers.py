@@ -13,9 +13,11 @@ import signal
 from typing import Any
 
 import kopf
+from aiohttp import web
 
 from gangsched.cluster import ClusterCache
 from gangsched.leader import LeaderElector
+from gangsched.metrics import serve
 from gangsched.model import GROUP, LIVE_PODS_SELECTOR, PLURAL, POD_GROUP_LABEL, VERSION
 from gangsched.scheduler import Scheduler
 
@@ -32,6 +34,7 @@ def build_registry(
     prime: Any,
     elector: LeaderElector | None = None,
     bound_event_delay_seconds: float = 0.0,
+    metrics_port: int | None = None,
 ) -> kopf.OperatorRegistry:
     """A registry whose handlers close over this operator's cache and scheduler.
 
@@ -44,10 +47,14 @@ def build_registry(
     """
     registry = kopf.OperatorRegistry()
     tasks: list[asyncio.Task[None]] = []
+    runners: list[web.AppRunner] = []
 
     @kopf.on.startup(registry=registry)
     async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.enabled = False  # no kopf Events about Pods or Nodes
+        # No CRD or namespace discovery: every resource is named in full, and the RBAC can
+        # then leave out customresourcedefinitions.
+        settings.scanning.disabled = True
         settings.watching.field_selectors["", "v1", "pods"] = LIVE_PODS_SELECTOR
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
@@ -70,6 +77,27 @@ def build_registry(
             os.kill(os.getpid(), signal.SIGTERM)
 
         tasks.append(asyncio.get_running_loop().create_task(main()))
+        if metrics_port:
+            metrics = scheduler.metrics
+            metrics.gauge("gangsched_leader", "1 on the replica that schedules.", lambda: float(is_leading()))
+            metrics.gauge("gangsched_nodes", "Nodes in the cache.", lambda: float(len(cache.nodes)))
+            metrics.gauge(
+                "gangsched_pods",
+                "Unfinished pods (and finished group members) in the cache.",
+                lambda: float(len(cache.pods)),
+            )
+            metrics.gauge(
+                "gangsched_pod_groups", "PodGroups in the cache.", lambda: float(len(cache.pod_groups))
+            )
+            metrics.gauge(
+                "gangsched_assumed_pods",
+                "Bound by us, not yet seen bound by the watch.",
+                lambda: float(len(cache.assumed)),
+            )
+            runners.append(await serve(metrics, port=metrics_port))
+
+    def is_leading() -> bool:
+        return elector is None or elector.leading
 
     @kopf.on.cleanup(registry=registry)
     async def stop(**_: Any) -> None:
@@ -77,6 +105,8 @@ def build_registry(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await scheduler.stop()
+        for runner in runners:
+            await runner.cleanup()
         if elector is not None:
             await elector.release()
 
@@ -85,7 +115,7 @@ def build_registry(
         age = scheduler.clock() - scheduler.heartbeat
         if tasks and tasks[0].done():
             raise kopf.PermanentError("the scheduling loop has stopped")
-        leading = elector is None or elector.leading
+        leading = is_leading()
         return {
             "leading": leading,
             "cycles": scheduler.cycles,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import kopf
+from kopf._core.engines.peering import Identity  # kopf exports no public name for it
 from kubernetes import client, config
 
 from gangsched._rawapi import list_items
@@ -32,6 +33,7 @@ class RunOptions:
     scheduler: SchedulerConfig
     kubeconfig: str | None = None
     liveness_port: int | None = 8080
+    metrics_port: int | None = None
     concurrency: int = 32
     log_format: str = "human"
     verbose: bool = False
@@ -100,6 +102,7 @@ def run(options: RunOptions) -> None:
         prime=do_prime,
         elector=LeaderElector(api=api, config=options.lease) if options.lease else None,
         bound_event_delay_seconds=float(os.environ.get("GANGSCHED_FAULT_WATCH_DELAY_SECONDS", "0")),
+        metrics_port=options.metrics_port,
     )
 
     @kopf.on.login(registry=registry)
@@ -128,6 +131,8 @@ def run(options: RunOptions) -> None:
             clusterwide=True,
             standalone=True,
             liveness_endpoint=liveness,
+            # kopf would otherwise look its identity up in /etc/passwd (absent for arbitrary uids).
+            identity=Identity(binder.instance),
         )
     finally:
         binder.close()

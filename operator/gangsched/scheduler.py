@@ -29,6 +29,7 @@ from gangsched.engine import (
     GroupDecision,
     schedule_cycle,
 )
+from gangsched.metrics import Metrics
 from gangsched.model import DEFAULT_SCHEDULER_NAME, POD_GROUP_LABEL, TERMINAL_PHASES, Pod
 from gangsched.status import Counts, Verdict, build_status, same_status
 
@@ -79,8 +80,10 @@ class Scheduler:
         binder: Binder,
         config: SchedulerConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        metrics: Metrics | None = None,
     ) -> None:
         self.cache = cache
+        self.metrics = metrics or Metrics()
         self.binder = binder
         self.config = config or SchedulerConfig()
         self.clock = clock
@@ -138,6 +141,7 @@ class Scheduler:
 
     async def cycle(self) -> None:
         self.cycles += 1
+        self.metrics.cycles = self.cycles
         now = self.clock()
         cache = self.cache
         if self.cycles % 200 == 0:
@@ -165,6 +169,7 @@ class Scheduler:
         if ready:
             # What the snapshot saw: events applied while the engine runs count as changes after it.
             seen_generation = cache.generation
+            started = time.perf_counter()
             result = await asyncio.to_thread(
                 schedule_cycle,
                 nodes=list(cache.nodes.values()),
@@ -175,6 +180,8 @@ class Scheduler:
                 reservation_after_seconds=self.config.reservation_after_seconds,
                 exclude_pods=frozenset(exclude),
             )
+            self.metrics.engine_seconds_sum += time.perf_counter() - started
+            self.metrics.engine_seconds_count += 1
             self._apply(result, now, seen_generation)
         await self._write_statuses()
 
@@ -229,6 +236,7 @@ class Scheduler:
 
     def _apply(self, result: CycleResult, now: float, seen_generation: int) -> None:
         for decision in result.decisions:
+            self.metrics.decisions[decision.reason] += 1
             key = decision.key
             state = self.state(key)
             if decision.scheduled:
@@ -321,6 +329,7 @@ class Scheduler:
     async def _after_binds(self, decision: GroupDecision, results: list[BindResult]) -> None:
         failed = [r for r in results if r.outcome is not BindOutcome.BOUND]
         for r in results:
+            self.metrics.binds[r.outcome.value] += 1
             if r.outcome is BindOutcome.BOUND:
                 if self.config.pod_events:
                     self._spawn(
@@ -411,6 +420,7 @@ class Scheduler:
                 f"deleting the {len(bound)} bound pods so the gang is not left partial"
             )
             log.warning("PodGroup %s/%s: %s", *key, message)
+            self.metrics.rollbacks += 1
             state.verdict = Verdict(reason="Timeout", message=message)
             self.dirty.add(key)
             await self.binder.event(

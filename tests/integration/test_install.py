@@ -12,6 +12,7 @@ outside its job.
 from __future__ import annotations
 
 import re
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
@@ -28,6 +29,7 @@ from operator_support import (
     create_pod_group,
     create_pods,
     events,
+    free_port,
     gang,
     get_pod_group,
     list_pods,
@@ -159,17 +161,20 @@ def container(objects: list[Body]) -> Body:
     return dict(main)
 
 
-def deployment_args(objects: list[Body]) -> list[str]:
-    """The Deployment's args without --liveness-port (the test gives each operator its own)."""
+def deployment_args(objects: list[Body], *, metrics_port: int | None = None) -> list[str]:
+    """The Deployment's args without --liveness-port (the test gives each operator its own),
+    and with --metrics-port moved to `metrics_port` (a free one by default)."""
     args = [str(a) for a in container(objects).get("args") or []]
     out: list[str] = []
     skip = False
     for arg in args:
         if skip:
             skip = False
-        elif arg == "--liveness-port":
+        elif arg in ("--liveness-port", "--metrics-port"):
             skip = True
-        elif not arg.startswith("--liveness-port="):
+            if arg == "--metrics-port":
+                out += [arg, str(metrics_port or free_port())]
+        elif not arg.startswith(("--liveness-port=", "--metrics-port=")):
             out.append(arg)
     return out
 
@@ -276,7 +281,9 @@ def test_operator_schedules_with_only_its_service_account(
     )
     kubeconfig = control_plane.kubeconfig_for_token(token=sa_token)
     pod_name = f"gangsched-{uuid.uuid4().hex[:5]}"
-    args = deployment_args(installed)
+    metrics_port = free_port()
+    args = deployment_args(installed, metrics_port=metrics_port)
+    assert "--metrics-port" in args
     op = operator_factory(*args, kubeconfig=kubeconfig, env=deployment_env(installed, pod_name=pod_name))
     try:
         # A gang of 4 in one rack, with a PriorityClass: list/watch of every kind, bindings,
@@ -310,6 +317,12 @@ def test_operator_schedules_with_only_its_service_account(
             ),
             what="Scheduled Events on the pods and the PodGroup",
         )
+        # Prometheus metrics, as the Service exposes them.
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as resp:
+            metrics = resp.read().decode()
+        assert 'gangsched_binds_total{outcome="Bound"} 4' in metrics, metrics
+        assert 'gangsched_decisions_total{reason="Scheduled"}' in metrics
+        assert "gangsched_leader 1" in metrics
         # A member goes away for good: the gang is below minCount, and after its
         # scheduleTimeoutSeconds the operator deletes the others (pods delete).
         request_json(
