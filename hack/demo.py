@@ -26,25 +26,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
-import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import Any, Final, Literal, Self, TextIO
+from types import FrameType
+from typing import Any, Final, Literal, TextIO
 
 try:
-    import yaml
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -53,9 +47,6 @@ try:
     from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
 except ImportError as exc:  # pragma: no cover - depends on the environment
     sys.exit(f"hack/demo.py: {exc}; run `make setup` first (it creates .venv with gangsched and its deps)")
-
-REPO: Final = Path(__file__).resolve().parents[1]
-CRD: Final = REPO / "crds" / "podgroup.yaml"
 
 GPU: Final = "nvidia.com/gpu"
 GPUS_PER_HOST: Final = 8
@@ -646,152 +637,6 @@ def run_story(
 
 
 # --------------------------------------------------------------------------------------------
-# Setting the stage: CRD, operator
-
-
-def apply_crd(api: client.ApiClient, *, timeout: float = 30.0) -> None:
-    body = yaml.safe_load(CRD.read_text())
-    try:
-        request_json(api, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=body)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            request_json(api, "GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}")
-            return
-        except ApiException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """preexec_fn: the child gets SIGKILL when we die, even by SIGKILL (Linux only)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
-
-
-class OperatorProcess:
-    """`python -m gangsched.cli run` as a child in its own process group, logging to a file."""
-
-    def __init__(self, *, kubeconfig: Path, log: Path, args: Sequence[str] = ()) -> None:
-        self.kubeconfig = kubeconfig
-        self.log = log
-        self.args = list(args)
-        self.port = _free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
-        command = [
-            sys.executable,
-            "-m",
-            "gangsched.cli",
-            "run",
-            "--liveness-port",
-            str(self.port),
-            *self.args,
-        ]
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                process_group=0,  # Ctrl-C reaches the demo, which stops the operator itself
-                preexec_fn=_die_with_parent(),
-            )
-
-    def health(self) -> Json | None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2) as resp:
-                body: Json = json.loads(resp.read())
-                return body
-        except (OSError, ValueError):
-            return None
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        """Ready when /healthz shows the scheduling loop has turned (its cache primed).
-
-        kopf runs probes at most every 10 s and serves the cached answer in between, so a
-        /healthz asked before the first cycle keeps saying `cycles: 0` for 10 s. Hence: first
-        wait for the operator's "cache primed" log line (the first cycle follows at once),
-        or 15 s if that line never comes, and only then ask /healthz.
-        """
-        started = time.monotonic()
-        deadline = started + timeout
-        while time.monotonic() - started < 15.0 and "cache primed" not in self._log_text():
-            self.check_alive()
-            time.sleep(0.05)
-        while True:
-            self.check_alive()
-            health = self.health() or {}
-            if (health.get("scheduler") or {}).get("cycles", 0) > 0:
-                return
-            if time.monotonic() > deadline:
-                raise StoryError(f"gangsched run not ready after {timeout:g}s:\n{self.tail()}")
-            time.sleep(0.1)
-
-    def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise StoryError(f"gangsched run exited with code {self.proc.returncode}:\n{self.tail()}")
-
-    def stop(self, grace: float = 10.0) -> None:
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
-            try:
-                proc.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
-
-    def _log_text(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log.read_text(errors="replace")
-        except OSError:
-            return "(no operator log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-
-# --------------------------------------------------------------------------------------------
 # main
 
 
@@ -845,7 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 names = fakenodes.create_nodes(api=api, spec=node_set())
                 agent_api = stack.enter_context(cp.api_client())
                 agent = stack.enter_context(fakenodes.NodeAgent(api_client=agent_api))
-                apply_crd(api)
+                devcluster.apply_crd(api)
                 request_json(api, "POST", "/api/v1/namespaces", body={"metadata": {"name": DEMO_NAMESPACE}})
             say(
                 f"{len(names)} fake nodes: {SHAPE.zones} zones x {SHAPE.blocks} blocks x {SHAPE.racks} racks "
@@ -853,7 +698,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"zone {ZONE_GPUS} GPUs); PodGroup CRD applied"
             )
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gangsched-demo-")))
-            operator = OperatorProcess(
+            operator = devcluster.OperatorProcess(
                 kubeconfig=cp.kubeconfig_path,
                 log=args.operator_log or workdir / "operator.log",
                 args=["--verbose"] if args.verbose else [],
@@ -868,8 +713,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             with _stopwatch(timings, "operator ready"):
                 operator.wait_ready()
+
+            def check_alive() -> None:
+                if not operator.alive():
+                    raise StoryError(f"gangsched run exited:\n{operator.tail()}")
+
             try:
-                result = run_story(api, timing=timing, out=out, style=style, check_alive=operator.check_alive)
+                result = run_story(api, timing=timing, out=out, style=style, check_alive=check_alive)
             except (StoryError, ApiException) as exc:
                 print(style(f"demo failed: {exc}", "red", "bold"), file=sys.stderr)
                 print(f"last lines of the operator's log:\n{operator.tail()}", file=sys.stderr)

@@ -295,7 +295,8 @@ def _make_pki(directory: Path) -> _Pki:
 # Child processes
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -322,13 +323,16 @@ def _die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
-def _spawn(args: Sequence[str], *, log: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    args: Sequence[str], *, log: Path, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:  # truncated: a retry must not see the last attempt's errors
         return subprocess.Popen(
             list(args),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
             process_group=0,  # own group: Ctrl-C in a terminal reaches us, not the children
             preexec_fn=_die_with_parent(),
             close_fds=True,
@@ -503,7 +507,7 @@ class ControlPlane:
     def _start_processes(self, binaries: Binaries) -> None:
         assert self._dir is not None
         assert self._pki is not None
-        client_port, peer_port, self._port = _free_port(), _free_port(), _free_port()
+        client_port, peer_port, self._port = free_port(), free_port(), free_port()
         self._etcd_url = f"http://127.0.0.1:{client_port}"
         peer_url = f"http://127.0.0.1:{peer_port}"
         etcd_dir = self._dir / "etcd"
@@ -820,6 +824,131 @@ def delete_namespace(api: client.ApiClient, *, name: str) -> None:
 
 # --------------------------------------------------------------------------------------------
 # python -m gangsched.devcluster
+
+
+CRD_PATH: Final = Path(__file__).resolve().parents[2] / "crds" / "podgroup.yaml"
+
+
+def apply_crd(api: client.ApiClient, *, path: Path = CRD_PATH, timeout: float = 30.0) -> None:
+    """Create the PodGroup CRD (fine if it exists) and wait until its resource is served."""
+    from gangsched.model import GROUP, PLURAL, VERSION
+
+    body = yaml.safe_load(path.read_text())
+    try:
+        request_json(api, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            request_json(api, "GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}")
+            return
+        except ApiException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+class OperatorProcess:
+    """`gangsched run` as a child process (own process group, dies with us), logging to a file.
+
+    Used by the integration tests (which kill it mid-binding), `make demo` and the e2e
+    benchmark alike.
+    """
+
+    def __init__(
+        self,
+        *,
+        kubeconfig: Path,
+        log: Path,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.log = log
+        self.args = list(args)
+        self.env = dict(env or {})
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1", **self.env}
+        command = [
+            sys.executable,
+            "-m",
+            "gangsched.cli",
+            "run",
+            "--liveness-port",
+            str(self.port),
+            *self.args,
+        ]
+        self.proc = _spawn(command, log=self.log, env=env)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def health(self) -> dict[str, object] | None:
+        """kopf's /healthz answer (its probe results are cached for up to 10 s)."""
+        import json
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2) as resp:
+                body: dict[str, object] = json.loads(resp.read())
+                return body
+        except (OSError, ValueError):
+            return None
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Ready when the cache is primed (the loop starts right after) and /healthz answers.
+
+        The log line, not /healthz, says when: kopf caches probe results for 10 s.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                code = self.proc.returncode if self.proc is not None else None
+                raise ControlPlaneError(f"gangsched run exited with {code}:\n{self.tail()}")
+            if "cache primed" in self.log_text() and self.health() is not None:
+                return
+            time.sleep(0.05)
+        raise ControlPlaneError(f"gangsched run not ready after {timeout:g}s:\n{self.tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL, no cleanup at all: as when the node under the operator dies."""
+        if self.alive():
+            assert self.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """SIGTERM (the operator releases its Lease), SIGKILL if it lingers."""
+        _terminate(self.proc, grace=10.0)
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def tail(self, lines: int = 60) -> str:
+        return _tail(self.log, lines=lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,16 +6,8 @@ admin kubeconfig unless a test passes another one.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,64 +22,8 @@ T = TypeVar("T")
 CRD = Path(__file__).resolve().parents[2] / "crds" / "podgroup.yaml"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@dataclass
-class Operator:
-    proc: subprocess.Popen[bytes]
-    log: Path
-    port: int
-    extra_env: dict[str, str] = field(default_factory=dict)
-
-    def health(self) -> dict[str, Any] | None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2) as resp:
-                body: dict[str, Any] = json.loads(resp.read())
-                return body
-        except OSError:
-            return None
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        """Ready when the cache is primed (the loop starts right after) and /healthz answers.
-
-        The log line, not /healthz, says when: kopf caches probe results for 10 s.
-        """
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gangsched run exited with {self.proc.returncode}:\n{self.tail()}")
-            if "cache primed" in self.log_text() and self.health() is not None:
-                return
-            time.sleep(0.05)
-        raise TimeoutError(f"gangsched run not ready after {timeout}s:\n{self.tail()}")
-
-    def kill(self) -> None:
-        """SIGKILL: no cleanup at all, as when a node dies under the operator."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def tail(self, lines: int = 60) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")
+free_port = devcluster.free_port
+Operator = devcluster.OperatorProcess
 
 
 def start_operator(
@@ -98,45 +34,18 @@ def start_operator(
     kubeconfig: Path | None = None,
     wait: bool = True,
 ) -> Operator:
-    port = free_port()
-    log = log_dir / f"operator-{port}.log"
-    full_env = {**os.environ, "KUBECONFIG": str(kubeconfig or cp.kubeconfig_path), **(env or {})}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gangsched.cli", "run", "--liveness-port", str(port), *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=full_env,
-            start_new_session=True,
-        )
-    op = Operator(proc=proc, log=log, port=port, extra_env=dict(env or {}))
+    op = Operator(
+        kubeconfig=kubeconfig or cp.kubeconfig_path, log=log_dir / "operator.log", args=args, env=env
+    )
+    op.log = log_dir / f"operator-{op.port}.log"
+    op.start()
     if wait:
         op.wait_ready()
     return op
 
 
 def ensure_crd(api: client.ApiClient) -> None:
-    import yaml
-
-    body = yaml.safe_load(CRD.read_text())
-    try:
-        request_json(api, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=body)
-    except client.exceptions.ApiException as exc:
-        if exc.status != 409:
-            raise
-    wait_until(
-        lambda: _served(api),
-        timeout=30,
-        what="the PodGroup CRD to be served",
-    )
-
-
-def _served(api: client.ApiClient) -> bool:
-    try:
-        request_json(api, "GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}")
-        return True
-    except client.exceptions.ApiException:
-        return False
+    devcluster.apply_crd(api)
 
 
 def wait_until(
