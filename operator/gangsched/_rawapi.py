@@ -35,6 +35,7 @@ def request_json(
     body: Any = None,
     content_type: str = "application/json",
     accept: str = "application/json",
+    timeout: float | None = 30.0,
 ) -> Any:
     """Send one request and return the decoded JSON answer (None for an empty body).
 
@@ -48,7 +49,8 @@ def request_json(
         body=body,
         auth_settings=["BearerToken"],
     )
-    response = api.call_api(*request)
+    # A bounded wait: a request to an apiserver that went away must not hang a shutdown.
+    response = api.call_api(*request, _request_timeout=timeout)
     response.read()  # type: ignore[no-untyped-call]
     if not 200 <= response.status <= 299:
         raise ApiException.from_response(http_resp=response, body=None, data=None)

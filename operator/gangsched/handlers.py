@@ -7,6 +7,7 @@ Pods and Nodes are watched only with `@kopf.on.event`, which never writes to the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -101,6 +102,13 @@ def build_registry(
 
     @kopf.on.cleanup(registry=registry)
     async def stop(**_: Any) -> None:
+        # Never raise here: kopf would retry the cleanup in 60 s and the process would hang.
+        try:
+            await shutdown()
+        except Exception:
+            log.exception("error while stopping; exiting anyway")
+
+    async def shutdown() -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -108,7 +116,8 @@ def build_registry(
         for runner in runners:
             await runner.cleanup()
         if elector is not None:
-            await elector.release()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(elector.release(), timeout=5)
 
     @kopf.on.probe(id="scheduler", registry=registry)
     async def probe(**_: Any) -> dict[str, Any]:

@@ -152,7 +152,12 @@ class LeaderElector:
             self.config.namespace,
             self.config.name,
         )
-        while not await self.try_acquire_or_renew():
+        while True:
+            try:
+                if await self.try_acquire_or_renew():
+                    return
+            except Exception as exc:  # the apiserver is unreachable: keep trying, quietly
+                log.warning("leader election: cannot reach the lease: %s", exc)
             await asyncio.sleep(self.config.retry_period)
 
     async def keep(self, on_lost: Callable[[], None]) -> None:
@@ -161,7 +166,7 @@ class LeaderElector:
             await asyncio.sleep(self.config.retry_period)
             try:
                 ok = await asyncio.wait_for(self.try_acquire_or_renew(), timeout=self.config.renew_deadline)
-            except (TimeoutError, OSError) as exc:
+            except Exception as exc:  # any failure to renew counts: an unrenewed leader must fence itself
                 log.warning("leader election: renewal failed: %s", exc)
                 ok = False
             if ok:
@@ -185,5 +190,5 @@ class LeaderElector:
             lease["spec"]["leaseDurationSeconds"] = 1
             await self._request("PUT", f"{self.path}/{self.config.name}", body=lease)
             log.info("leader election: released %s/%s", self.config.namespace, self.config.name)
-        except (ApiException, OSError) as exc:
+        except Exception as exc:  # best effort: the lease then simply expires
             log.warning("leader election: could not release the lease: %s", exc)
