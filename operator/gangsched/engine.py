@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from gangsched.model import (
     DEFAULT_SCHEDULER_NAME,
@@ -512,9 +513,7 @@ class _GroupPlacer:
         cap = self.caps[main]
         insufficient = (reason == OK) & (cap == 0)
         reason[insufficient] = INSUFFICIENT
-        counter: Counter[str] = Counter()
-        for i in np.flatnonzero(reason != OK):
-            counter[self._reason_text(int(reason[i]), int(i), cls)] += 1
+        counter = self._reason_counts(reason, cls)
         eligible = int(np.count_nonzero(reason == OK))
         pods = self.total
         head = f"{eligible}/{n} nodes eligible for {pods} pod{'s' if pods != 1 else ''}"
@@ -528,7 +527,7 @@ class _GroupPlacer:
         best = self._best_partial()
         if best is not None:
             message += f"; {best[0]} fits {best[1]}/{want}"
-            limits = Counter(self._bottleneck(int(i), cls) for i in np.flatnonzero(reason == OK))
+            limits = self._bottlenecks(np.flatnonzero(reason == OK), cls)
             if limits:
                 message += f" (limited by {limits.most_common(1)[0][0]})"
         else:
@@ -562,32 +561,43 @@ class _GroupPlacer:
         key = self.required_keys[-1].rsplit("/", 1)[-1]
         return f"best {key} {'-'.join(paths[int(uniq[top])])}", attempt.placed
 
-    def _reason_text(self, reason: int, node: int, cls: _Class) -> str:
-        if reason == UNSCHEDULABLE:
-            return "node(s) were unschedulable"
-        if reason == NOT_READY:
-            return "node(s) were not ready"
-        if reason == TAINT:
-            return f"untolerated taint {cls.eligibility.taint_of[node]}"
-        if reason == SELECTOR:
-            return "node(s) didn't match node selector/affinity"
-        if reason == MISSING_LABEL:
-            missing = [k for k in self.required_keys if k not in self.snap.nodes[node].labels]
-            return f"missing label {missing[0] if missing else '?'}"
-        if reason == RESERVED:
-            return "reserved for a waiting higher-priority gang"
-        return f"Insufficient {self._bottleneck(node, cls)}"
+    def _reason_counts(self, reason: npt.NDArray[np.int8], cls: _Class) -> Counter[str]:
+        """Nodes per reason, vectorised (this runs for every unschedulable group, every cycle)."""
+        counts = np.bincount(reason, minlength=RESERVED + 1)
+        counter: Counter[str] = Counter()
+        fixed = {
+            UNSCHEDULABLE: "node(s) were unschedulable",
+            NOT_READY: "node(s) were not ready",
+            SELECTOR: "node(s) didn't match node selector/affinity",
+            RESERVED: "reserved for a waiting higher-priority gang",
+        }
+        for code, text in fixed.items():
+            if counts[code]:
+                counter[text] = int(counts[code])
+        if counts[TAINT]:  # few nodes: only tainted ones can get here
+            for i in np.flatnonzero(reason == TAINT):
+                counter[f"untolerated taint {cls.eligibility.taint_of[int(i)]}"] += 1
+        if counts[MISSING_LABEL]:
+            missing = np.flatnonzero(reason == MISSING_LABEL)
+            for key in self.required_keys:
+                codes, _ = self.snap.label_codes(key)
+                lacking = missing[codes[missing] < 0]
+                if lacking.size:
+                    counter[f"missing label {key}"] += int(lacking.size)
+                missing = missing[codes[missing] >= 0]
+        if counts[INSUFFICIENT]:
+            for name, count in self._bottlenecks(np.flatnonzero(reason == INSUFFICIENT), cls).items():
+                counter[f"Insufficient {name}"] += count
+        return counter
 
-    def _bottleneck(self, node: int, cls: _Class) -> str:
-        """The resource that limits how many pods of `cls` fit on `node`."""
-        free = self.free[node]
-        req = cls.request
-        worst, worst_ratio = 0, float("inf")
-        for col in np.flatnonzero(req > 0):
-            ratio = max(int(free[col]), 0) / int(req[col])
-            if ratio < worst_ratio:
-                worst, worst_ratio = int(col), ratio
-        return self.snap.resource_name(worst)
+    def _bottlenecks(self, nodes: IntArray, cls: _Class) -> Counter[str]:
+        """Per resource: on how many of `nodes` it is what limits how many pods of `cls` fit."""
+        if nodes.size == 0:
+            return Counter()
+        cols = np.flatnonzero(cls.request > 0)
+        ratio = np.maximum(self.free[np.ix_(nodes, cols)], 0) / cls.request[cols]
+        worst = np.bincount(np.argmin(ratio, axis=1), minlength=cols.size)
+        return Counter({self.snap.resource_name(int(cols[j])): int(worst[j]) for j in np.flatnonzero(worst)})
 
 
 def _fewest_children(parents: IntArray, child_bound: IntArray, total: int, size: int) -> IntArray:
