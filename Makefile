@@ -5,7 +5,7 @@ PY := $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
 K8S_VERSION := v1.36.3
 export GANGSCHED_K8S_BIN ?= $(HOME)/.cache/gangsched/k8s-$(K8S_VERSION)/bin
 
-.PHONY: setup control-plane test lint typecheck unit integration dev-cluster demo demo-run bench clean
+.PHONY: setup control-plane test lint typecheck unit integration dev-cluster demo demo-run bench bench-e2e clean
 
 setup: ## create .venv with gangsched and its test tools, and build the control plane
 	python3 -m venv $(VENV)
@@ -58,6 +58,11 @@ kind-e2e: ## build, install into a fresh kind cluster, run examples/training-job
 
 bench:
 	$(PY) bench/engine_bench.py
+
+# BENCH_E2E_ARGS="--nodes 100" (or 5000, --repeat 3, --profile DIR, --help); results in build/bench-e2e
+bench-e2e: control-plane ## gangsched vs kube-scheduler v1.36.3 on one control plane, 1,000 GPU nodes (docs/benchmarks.md)
+	@$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
+	$(PY) -m bench.e2e $(BENCH_E2E_ARGS)
 
 clean:
 	rm -rf build dist .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,172 @@
+"""python -m bench.e2e: gangsched vs kube-scheduler v1.36.3 on one control plane.
+
+Writes <out>/results-N<nodes>.json, <out>/table-N<nodes>.md and <out>/bound-N<nodes>.png, and
+prints the table. See docs/benchmarks.md for the method and the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gangsched import devcluster
+
+from . import metrics, report
+from .harness import Bench, Options
+from .workload import Flavour, Topology, generate, node_domains
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes", type=int, default=1000, help="fake 8-GPU nodes (multiple of the rack size)")
+    p.add_argument("--rack-size", type=int, default=10)
+    p.add_argument("--racks-per-block", type=int, default=10)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--oversubscription", type=float, default=1.25, help="requested GPUs / cluster GPUs (default 1.25)"
+    )
+    p.add_argument(
+        "--contestants",
+        default="gangsched,native",
+        help="comma-separated, run in this order: gangsched, native (default both)",
+    )
+    p.add_argument("--repeat", type=int, default=1, help="runs per contestant; the order alternates")
+    p.add_argument("--concurrency", type=int, default=64, help="gangsched --concurrency")
+    p.add_argument("--qps", type=int, default=1000, help="kube-scheduler clientConnection.qps")
+    p.add_argument("--burst", type=int, default=2000, help="kube-scheduler clientConnection.burst")
+    p.add_argument("--load-workers", type=int, default=16, help="threads creating pods")
+    p.add_argument("--quiet", type=float, default=12.0, help="end a run after this long without a binding")
+    p.add_argument("--timeout", type=float, default=900.0, help="end a run after this long regardless")
+    p.add_argument("--gap", type=float, default=2.0, help="partial gang: below quorum this long, no binding")
+    p.add_argument("--agent", action="store_true", help="run the node agent (bound pods become Running)")
+    p.add_argument("--no-oracle", action="store_true", help="skip the stranded-gang check")
+    p.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="profile into this directory: py-spy (--gil) on gangsched, go tool pprof on kube-scheduler",
+    )
+    p.add_argument("--profile-seconds", type=float, default=20.0, help="kube-scheduler profile length")
+    p.add_argument("--no-plot", action="store_true")
+    p.add_argument(
+        "--replot",
+        action="store_true",
+        help="only redraw <out>/bound-N<nodes>.png from <out>/recordings-N<nodes>.json (same workload args)",
+    )
+    p.add_argument(
+        "--retable",
+        action="store_true",
+        help="only rewrite <out>/table-N<nodes>.md from <out>/results-N<nodes>.json",
+    )
+    p.add_argument("--out", type=Path, default=Path("build/bench-e2e"))
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    contestants: list[Flavour] = []
+    for name in args.contestants.split(","):
+        if name not in ("gangsched", "native"):
+            print(f"unknown contestant {name!r}", file=sys.stderr)
+            return 2
+        contestants.append("gangsched" if name == "gangsched" else "native")
+    if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
+        print("matplotlib is missing: pip install -e '.[bench]', or pass --no-plot", file=sys.stderr)
+        return 2
+    topology = Topology(nodes=args.nodes, rack_size=args.rack_size, racks_per_block=args.racks_per_block)
+    workload = generate(topology, seed=args.seed, oversubscription=args.oversubscription)
+
+    def log(message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+    options = Options(
+        concurrency=args.concurrency,
+        qps=args.qps,
+        burst=args.burst,
+        load_workers=args.load_workers,
+        quiet=args.quiet,
+        timeout=args.timeout,
+        gap=args.gap,
+        profile_dir=args.profile,
+        profile_seconds=args.profile_seconds,
+        agent=args.agent,
+        oracle=not args.no_oracle,
+        log=log,
+    )
+    stem = f"N{args.nodes}"
+    saved = args.out / f"recordings-{stem}.json"
+    figures: dict[str, list[metrics.Figures]] = {}
+    if args.retable:
+        results = json.loads((args.out / f"results-{stem}.json").read_text())
+        if saved.exists():  # recompute from the raw recordings: picks up new metrics
+            domains = node_domains(topology, pool=options.pool)
+            for data in json.loads(saved.read_text()):
+                rec = metrics.recording_from_json(data)
+                fig = metrics.compute(rec, workload, domains, gap=args.gap)
+                figures.setdefault(rec.contestant, []).append(fig)
+        else:
+            figures = {
+                name: [metrics.figures_from_json(f) for f in runs] for name, runs in results["runs"].items()
+            }
+        text = (
+            f"{report.workload_line(workload)}\n\nMachine: {results['machine']}\n\n{report.table(figures)}\n"
+        )
+        (args.out / f"table-{stem}.md").write_text(text)
+        print(text)
+        return 0
+    if args.replot:
+        recs: dict[str, metrics.Recording] = {}
+        for data in json.loads(saved.read_text()):
+            rec = metrics.recording_from_json(data)
+            recs.setdefault(rec.contestant, rec)
+        report.plot(list(recs.values()), workload, args.out / f"bound-{stem}.png")
+        return 0
+    log(report.workload_line(workload))
+    domains = node_domains(topology, pool=options.pool)
+    recordings: dict[str, metrics.Recording] = {}  # the first run of each, for the plot
+    every: list[metrics.Recording] = []
+    with devcluster.ControlPlane() as cp, Bench(cp, workload, options, args.out) as bench:
+        for i in range(args.repeat):
+            order = contestants if i % 2 == 0 else contestants[::-1]
+            for flavour in order:
+                rec = bench.run(flavour, tag=str(i) if args.repeat > 1 else "")
+                fig = metrics.compute(rec, workload, domains, gap=args.gap)
+                figures.setdefault(flavour, []).append(fig)
+                recordings.setdefault(flavour, rec)
+                every.append(rec)
+                log(
+                    f"{flavour}: {fig.pods_bound}/{fig.pods_created} pods, "
+                    f"{fig.gangs_placed}/{fig.gangs} gangs, "
+                    f"{fig.pods_per_second:.0f} pods/s, p50 {fig.gang_latency_p50:.2f}s, "
+                    f"p99 {fig.gang_latency_p99:.2f}s, GPU {100 * fig.gpu_utilisation:.1f}%, "
+                    f"partial {fig.partial_gangs}, CPU {fig.cpu_seconds:.1f}s, RSS {fig.peak_rss_mib:.0f} MiB"
+                )
+    # Every run's raw recording, for --replot and for anyone re-analysing.
+    saved.write_text(json.dumps([metrics.recording_to_json(r) for r in every]))
+    text = f"{report.workload_line(workload)}\n\nMachine: {report.machine()}\n\n{report.table(figures)}\n"
+    (args.out / f"table-{stem}.md").write_text(text)
+    result: dict[str, Any] = {
+        "workload": workload.summary(),
+        "topology": workload.topology.describe(),
+        "seed": args.seed,
+        "machine": report.machine(),
+        "options": {k: str(v) for k, v in vars(args).items()},
+        "runs": {name: [f.as_dict() for f in runs] for name, runs in figures.items()},
+    }
+    (args.out / f"results-{stem}.json").write_text(json.dumps(result, indent=2, default=str))
+    if not args.no_plot:
+        png = args.out / f"bound-{stem}.png"
+        report.plot(list(recordings.values()), workload, png)
+        log(f"plot: {png}")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

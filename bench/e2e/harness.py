@@ -1,0 +1,809 @@
+"""Processes and I/O of the benchmark: the contestants, the load, the observer, /proc sampling.
+
+One contestant at a time on the same nodes (see docs/benchmarks.md for why):
+
+1. a fresh namespace; the contestant's scheduler started and warmed up (one pod bound and
+   deleted, so caches are synced before the clock starts);
+2. the observer (a separate process, so the load generator's threads cannot delay its
+   timestamps) lists the namespace and watches its pods, recording when each is first seen
+   bound or deleted;
+3. the PodGroups, then every pod in workload order, created by `load_workers` threads over
+   keep-alive connections with pre-serialised bodies, as fast as the apiserver takes them;
+4. the run ends when every pod is bound, or the scheduler has settled (nothing bound for
+   `quiet` seconds while it used under a quarter of a core; or nothing bound for 4 x `quiet`),
+   or at `timeout`; the scheduler's CPU (from /proc/<pid>/stat, sampled every 0.2 s) and peak
+   RSS (VmHWM) are read before it is stopped; gangs left pending are offered to gangsched's
+   engine on the final state (`oracle`) to count the ones that would have fit;
+5. the namespace is deleted (pods with grace 0), leaving the nodes empty for the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.sharedctypes import Synchronized
+from multiprocessing.synchronize import Event as EventType
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self
+
+import urllib3
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gangsched import devcluster, fakenodes
+from gangsched._rawapi import request_json
+from gangsched.model import GROUP, PLURAL, VERSION
+
+from . import oracle
+from .metrics import CpuSample, PodEvent, Recording
+from .workload import (
+    GANGSCHED_API,
+    NATIVE_API,
+    POOL_LABEL,
+    SCHEDULER_NAMES,
+    Flavour,
+    Workload,
+    group_manifest,
+    node_set,
+    pod_manifest,
+)
+
+REPO: Final = Path(__file__).resolve().parents[2]
+CRD: Final = REPO / "crds" / "podgroup.yaml"
+NATIVE_GATES: Final = ("GenericWorkload", "GangScheduling", "TopologyAwareWorkloadScheduling")
+CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
+_SAMPLE_SECONDS: Final = 0.2
+_SETTLED_CORES: Final = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    pool: str = "bench"
+    concurrency: int = 64  # gangsched --concurrency (in-flight writes)
+    qps: int = 1000  # kube-scheduler clientConnection
+    burst: int = 2000
+    load_workers: int = 16
+    quiet: float = 12.0
+    timeout: float = 600.0
+    gap: float = 2.0
+    profile_dir: Path | None = None  # py-spy (gangsched) / go tool pprof (kube-scheduler) output
+    profile_seconds: float = 20.0  # length of the kube-scheduler CPU profile
+    agent: bool = False  # run fakenodes.NodeAgent (moves bound pods to Running)
+    oracle: bool = True
+    log: Callable[[str], None] = print
+
+
+# --------------------------------------------------------------------------------------------
+# /proc
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_peak_rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def child_pid(name: str) -> int | None:
+    """A child process of this one whose command name is `name` (the control plane's)."""
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        ppid = int(text.rpartition(")")[2].split()[1])
+        if comm == name[:15] and ppid == me:
+            return int(entry)
+    return None
+
+
+class Sampler:
+    """Samples CPU seconds of some processes every 0.2 s in a daemon thread."""
+
+    def __init__(self, pids: Mapping[str, int]) -> None:
+        self.pids = dict(pids)
+        self.samples: dict[str, list[CpuSample]] = {name: [] for name in pids}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
+
+    def __enter__(self) -> Self:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _sample(self) -> None:
+        now = time.monotonic()
+        for name, pid in self.pids.items():
+            with contextlib.suppress(OSError):
+                self.samples[name].append(CpuSample(now, proc_cpu_seconds(pid)))
+
+    def _run(self) -> None:
+        while not self._stop.wait(_SAMPLE_SECONDS):
+            self._sample()
+
+    def cores(self, name: str, *, over: float) -> float:
+        """Average CPU use of `name` (in cores) over the last `over` seconds; 1.0 until known."""
+        samples = list(self.samples[name])
+        if len(samples) < 2 or samples[-1].t - samples[0].t < over:
+            return 1.0
+        last = samples[-1]
+        first = next(s for s in reversed(samples) if last.t - s.t >= over)
+        return (last.cpu_seconds - first.cpu_seconds) / (last.t - first.t)
+
+
+# --------------------------------------------------------------------------------------------
+# HTTP
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """How to reach the apiserver as admin; picklable, for the observer process."""
+
+    host: str
+    port: int
+    ca: str
+    cert: str
+    key: str
+
+    @classmethod
+    def of(cls, cp: devcluster.ControlPlane) -> Endpoint:
+        host, _, port = cp.server.removeprefix("https://").rpartition(":")
+        pki = cp.directory / "pki"
+        return cls(host, int(port), str(cp.ca_file), str(pki / "admin.crt"), str(pki / "admin.key"))
+
+    def pool(self, size: int) -> urllib3.HTTPSConnectionPool:
+        return urllib3.HTTPSConnectionPool(
+            self.host,
+            self.port,
+            maxsize=size,
+            block=True,
+            ca_certs=self.ca,
+            cert_file=self.cert,
+            key_file=self.key,
+            retries=False,
+        )
+
+
+_JSON: Final = {"Content-Type": "application/json", "Accept": "application/json"}
+
+
+def apiserver_requests(endpoint: Endpoint) -> dict[str, float]:
+    """apiserver_request_total summed by "VERB resource[/subresource]"."""
+    pool = endpoint.pool(1)
+    text = pool.request("GET", "/metrics").data.decode()
+    pool.close()
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
+        resource = labels.get("resource", "")
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        key = f"{labels.get('verb', '')} {resource}"
+        totals[key] = totals.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+def delta(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
+    out = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    return {k: v for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v > 0}
+
+
+# --------------------------------------------------------------------------------------------
+# The observer (its own process)
+
+
+@dataclass(frozen=True, slots=True)
+class _ObserverArgs:
+    endpoint: Endpoint
+    namespace: str
+
+
+def _observe(
+    args: _ObserverArgs,
+    conn: Connection,
+    bound: Synchronized,  # type: ignore[type-arg]
+    last_bind: Synchronized,  # type: ignore[type-arg]
+    ready: EventType,
+    stop: EventType,
+) -> None:
+    """Watch the namespace's pods; send [(t, pod, kind, node)] through `conn` when told to stop."""
+    pool = args.endpoint.pool(2)
+    path = f"/api/v1/namespaces/{args.namespace}/pods"
+    listing = json.loads(pool.request("GET", path, headers=_JSON).data)
+    rv = listing["metadata"]["resourceVersion"]
+    records: list[tuple[float, str, str, str]] = []
+    seen: set[str] = set()
+    failure: list[str] = []
+
+    def watch() -> None:
+        nonlocal rv
+        while not stop.is_set():
+            query = f"?watch=true&allowWatchBookmarks=true&timeoutSeconds=3600&resourceVersion={rv}"
+            response = pool.urlopen(
+                "GET",
+                path + query,
+                headers=_JSON,
+                preload_content=False,
+                timeout=urllib3.Timeout(connect=10, read=None),
+            )
+            if response.status != 200:
+                failure.append(f"watch: HTTP {response.status}")
+                ready.set()
+                return
+            ready.set()
+            for line in response:
+                now = time.monotonic()
+                # Unbound pods are most events and carry nothing we need: skip parsing them.
+                if b'"nodeName"' not in line and not line.startswith(b'{"type":"DELETED"'):
+                    continue
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                meta = obj.get("metadata") or {}
+                rv = meta.get("resourceVersion", rv)
+                name = meta.get("name", "")
+                kind = event.get("type")
+                if kind == "ERROR":
+                    failure.append(f"watch: {obj.get('message')}")
+                    return
+                if kind == "DELETED":
+                    records.append((now, name, "deleted", ""))
+                    continue
+                node = (obj.get("spec") or {}).get("nodeName")
+                if node and name not in seen:
+                    seen.add(name)
+                    records.append((now, name, "bound", node))
+                    with bound.get_lock():
+                        bound.value += 1
+                    last_bind.value = now
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    stop.wait()
+    conn.send((records, failure))
+    conn.close()
+
+
+class Observer:
+    """The pod watch in a child process; `stop()` returns what it saw."""
+
+    def __init__(self, endpoint: Endpoint, namespace: str) -> None:
+        ctx = mp.get_context("spawn")
+        self._recv, send = ctx.Pipe(duplex=False)
+        self.bound = ctx.Value("q", 0)
+        self.last_bind = ctx.Value("d", 0.0)
+        self._ready = ctx.Event()
+        self._stop = ctx.Event()
+        self._proc = ctx.Process(
+            target=_observe,
+            args=(
+                _ObserverArgs(endpoint, namespace),
+                send,
+                self.bound,
+                self.last_bind,
+                self._ready,
+                self._stop,
+            ),
+            name="bench-observer",
+            daemon=True,
+        )
+        self._proc.start()
+        if not self._ready.wait(30):
+            self._proc.kill()
+            raise RuntimeError("the observer did not start watching within 30 s")
+
+    def stop(self) -> list[PodEvent]:
+        self._stop.set()
+        records, failure = self._recv.recv()
+        self._proc.join(10)
+        if failure:
+            raise RuntimeError(f"observer: {failure[0]}")
+        return [PodEvent(t=t, pod=pod, kind=kind, node=node) for t, pod, kind, node in records]
+
+
+# --------------------------------------------------------------------------------------------
+# Contestants
+
+
+class Contestant:
+    """A scheduler subprocess: started, warmed up, measured, stopped."""
+
+    flavour: Flavour
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Overridden where the process has a readiness signal of its own."""
+
+
+def _spawn(
+    args: Sequence[str], *, log: Path, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,
+        )
+
+
+class Gangsched(Contestant):
+    flavour: Flavour = "gangsched"
+
+    def __init__(self, cp: devcluster.ControlPlane, *, namespace: str, concurrency: int, out: Path) -> None:
+        self.port = free_port()
+        self.log_path = out / "gangsched.log"
+        args = [
+            sys.executable,
+            "-m",
+            "gangsched.cli",
+            "run",
+            "--namespace",
+            namespace,
+            "--scheduler-name",
+            SCHEDULER_NAMES["gangsched"],
+            "--concurrency",
+            str(concurrency),
+            "--liveness-port",
+            str(self.port),
+        ]
+        env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig_path)}
+        self.proc = _spawn(args, log=self.log_path, env=env)
+
+    def wait_ready(self, timeout: float) -> None:
+        """The liveness endpoint answers once kopf runs (the warm-up pod then proves the loop).
+
+        Its `cycles` count is not waited for: kopf caches probe results for 10 s or more.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RuntimeError(f"gangsched exited with {self.proc.returncode}:\n{self.tail()}")
+            with contextlib.suppress(OSError, ValueError):
+                url = f"http://127.0.0.1:{self.port}/healthz"
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    json.loads(resp.read())
+                    return
+            time.sleep(0.1)
+        raise TimeoutError(f"gangsched not ready after {timeout}s:\n{self.tail()}")
+
+
+def native_config(*, kubeconfig: Path, qps: int, burst: int) -> dict[str, Any]:
+    """kube-scheduler's KubeSchedulerConfiguration: one profile, `native-gang`.
+
+    Bin-packing (MostAllocated, GPUs weighted 5) is the documented setting for GPU clusters
+    and what TopologyPlacement's placement scorer reuses; the stock LeastAllocated on
+    cpu/memory would spread 1-GPU pods over every node and leave no whole node for 8-GPU pods.
+    """
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": qps, "burst": burst},
+        "profiles": [
+            {
+                "schedulerName": SCHEDULER_NAMES["native"],
+                "pluginConfig": [
+                    {
+                        "name": "NodeResourcesFit",
+                        "args": {
+                            "scoringStrategy": {
+                                "type": "MostAllocated",
+                                "resources": [
+                                    {"name": "nvidia.com/gpu", "weight": 5},
+                                    {"name": "cpu", "weight": 1},
+                                    {"name": "memory", "weight": 1},
+                                ],
+                            }
+                        },
+                    }
+                ],
+            }
+        ],
+    }
+
+
+class Native(Contestant):
+    flavour: Flavour = "native"
+
+    def __init__(self, cp: devcluster.ControlPlane, *, qps: int, burst: int, out: Path) -> None:
+        binary = cp.binaries.kube_scheduler
+        if binary is None:
+            raise RuntimeError("no kube-scheduler binary next to kube-apiserver: run `make control-plane`")
+        config = out / "kube-scheduler.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                native_config(kubeconfig=cp.kubeconfig_path, qps=qps, burst=burst), sort_keys=False
+            )
+        )
+        self.log_path = out / "kube-scheduler.log"
+        self.binary = binary
+        self.port = free_port()
+        args = [
+            str(binary),
+            f"--config={config}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.port}",
+            "--feature-gates=" + ",".join(f"{gate}=true" for gate in NATIVE_GATES),
+            # Loopback only: lets `go tool pprof` fetch a CPU profile without credentials.
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*",
+        ]
+        self.proc = _spawn(args, log=self.log_path)
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+def ensure_crd(api: client.ApiClient) -> None:
+    body = yaml.safe_load(CRD.read_text())
+    try:
+        request_json(api, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            request_json(api, "GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}")
+            return
+        except ApiException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def create_all(
+    endpoint: Endpoint,
+    items: Sequence[tuple[str, bytes, bool]],
+    *,
+    workers: int,
+    done: dict[str, float],
+) -> None:
+    """POST every (path, body, is_pod) in order from `workers` threads; `done[pod]` = when it returned."""
+    pool = endpoint.pool(workers)
+    lock = threading.Lock()
+    position = 0
+    errors: list[str] = []
+
+    def worker() -> None:
+        nonlocal position
+        while not errors:
+            with lock:
+                if position >= len(items):
+                    return
+                index = position
+                position += 1
+            path, body, is_pod = items[index]
+            response = pool.urlopen("POST", path, body=body, headers=_JSON)
+            if response.status != 201:
+                errors.append(f"POST {path}: HTTP {response.status}: {response.data[:300]!r}")
+                return
+            if is_pod:
+                done[_name_of(body)] = time.monotonic()
+
+    threads = [threading.Thread(target=worker, name=f"bench-load-{i}") for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    pool.close()
+    if errors:
+        raise RuntimeError(errors[0])
+
+
+_NAME = re.compile(rb'"name":\s*"([^"]+)"')
+
+
+def _name_of(body: bytes) -> str:
+    match = _NAME.search(body)
+    return match.group(1).decode() if match else ""
+
+
+def _group_path(flavour: Flavour, namespace: str) -> str:
+    api = GANGSCHED_API if flavour == "gangsched" else NATIVE_API
+    return f"/apis/{api}/namespaces/{namespace}/podgroups"
+
+
+# --------------------------------------------------------------------------------------------
+# One run
+
+
+@dataclass(slots=True)
+class Bench:
+    """A control plane with the benchmark's nodes; runs contestants on it one after the other."""
+
+    cp: devcluster.ControlPlane
+    workload: Workload
+    options: Options
+    out: Path
+    api: client.ApiClient = field(init=False)
+    endpoint: Endpoint = field(init=False)
+    _agent: fakenodes.NodeAgent | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.api = self.cp.api_client()
+        self.endpoint = Endpoint.of(self.cp)
+
+    @property
+    def _node_set(self) -> fakenodes.NodeSet:
+        return node_set(self.workload.topology, pool=self.options.pool)
+
+    def __enter__(self) -> Self:
+        log = self.options.log
+        started = time.monotonic()
+        names = fakenodes.create_nodes(api=self.api, spec=self._node_set, parallelism=16)
+        log(f"created {len(names)} nodes in {time.monotonic() - started:.1f}s")
+        ensure_crd(self.api)
+        if self.options.agent:
+            self._agent = fakenodes.NodeAgent(api_client=self.cp.api_client())
+            self._agent.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._agent is not None:
+            self._agent.stop()
+        names = [m["metadata"]["name"] for m in fakenodes.node_manifests(spec=self._node_set)]
+        fakenodes.delete_nodes(api=self.api, names=names)
+        self.api.close()  # type: ignore[no-untyped-call]
+
+    def run(self, flavour: Flavour, *, tag: str = "") -> Recording:
+        opts, log = self.options, self.options.log
+        namespace = f"bench-{flavour}{'-' + tag if tag else ''}-{os.getpid() % 10000}"
+        out = self.out / f"{flavour}{'-' + tag if tag else ''}"
+        out.mkdir(parents=True, exist_ok=True)
+        request_json(self.api, "POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
+        contestant: Contestant
+        if flavour == "gangsched":
+            contestant = Gangsched(self.cp, namespace=namespace, concurrency=opts.concurrency, out=out)
+        else:
+            contestant = Native(self.cp, qps=opts.qps, burst=opts.burst, out=out)
+        profiler: subprocess.Popen[bytes] | None = None
+        try:
+            contestant.wait_ready(60)
+            self._warm_up(contestant, namespace)
+            log(f"{flavour}: ready (pid {contestant.pid})")
+            recording = Recording(contestant=flavour)
+            # Job by job, as controllers submit them: a gang's PodGroup, then its pods.
+            items: list[tuple[str, bytes, bool]] = []
+            pod_path = f"/api/v1/namespaces/{namespace}/pods"
+            for gang in self.workload.gangs:
+                group = group_manifest(gang, flavour)
+                if group is not None:
+                    items.append((_group_path(flavour, namespace), json.dumps(group).encode(), False))
+                for pod in gang.pods:
+                    body = json.dumps(pod_manifest(gang, pod, flavour, pool=opts.pool)).encode()
+                    items.append((pod_path, body, True))
+            pods = self.workload.pods
+            apiserver = child_pid("kube-apiserver")
+            pids = {"scheduler": contestant.pid, **({"apiserver": apiserver} if apiserver else {})}
+            observer = Observer(self.endpoint, namespace)
+            before = apiserver_requests(self.endpoint)
+            profiler = self._profile(contestant, out)
+            with Sampler(pids) as sampler:
+                create_all(self.endpoint, items, workers=opts.load_workers, done=recording.created)
+                log(f"{flavour}: {pods} pods created")
+                last_create = max(recording.created.values())
+                self._wait(contestant, observer, sampler, total=pods, last_create=last_create)
+                recording.end = time.monotonic()
+                recording.peak_rss_mib = proc_peak_rss_mib(contestant.pid)
+            recording.events = observer.stop()
+            recording.requests = delta(apiserver_requests(self.endpoint), before)
+            recording.cpu = sampler.samples["scheduler"]
+            recording.apiserver_cpu = sampler.samples.get("apiserver", [])
+            if opts.oracle:
+                started = time.monotonic()
+                bound = self._bound(namespace)
+                recording.stranded = len(oracle.stranded_gangs(self.workload, pool=opts.pool, bound=bound))
+                log(f"{flavour}: stranded-gang check took {time.monotonic() - started:.1f}s")
+            if not contestant.alive():
+                raise RuntimeError(f"{flavour} died during the run:\n{contestant.tail()}")
+            return recording
+        finally:
+            if profiler is not None:
+                self._stop_profile(profiler, contestant)
+            contestant.stop()
+            started = time.monotonic()
+            devcluster.delete_namespace(self.api, name=namespace)
+            self._wait_gone(namespace)
+            log(f"{flavour}: namespace deleted in {time.monotonic() - started:.1f}s")
+
+    def _profile(self, contestant: Contestant, out: Path) -> subprocess.Popen[bytes] | None:
+        """py-spy on gangsched (stopped with SIGINT), or Go's pprof on kube-scheduler (fixed length)."""
+        directory = self.options.profile_dir
+        if directory is None:
+            return None
+        directory.mkdir(parents=True, exist_ok=True)
+        if isinstance(contestant, Native):
+            go = shutil.which("go")
+            if go is None:
+                self.options.log("go not found: no kube-scheduler profile")
+                return None
+            url = f"https+insecure://127.0.0.1:{contestant.port}/debug/pprof/profile"
+            target = directory / "kube-scheduler.pprof.pb.gz"
+            seconds = str(round(self.options.profile_seconds))
+            args = [go, "tool", "pprof", "-proto", "-seconds", seconds, "-output", str(target), url]
+            # PPROF_TMPDIR: pprof also keeps a copy of every profile there (default ~/pprof).
+            return _spawn(args, log=out / "pprof.log", env={**os.environ, "PPROF_TMPDIR": str(out)})
+        py_spy = shutil.which("py-spy")
+        if py_spy is None:
+            self.options.log("py-spy not found: no profile (pip install py-spy)")
+            return None
+        target = directory / "gangsched.pyspy.txt"
+        # --gil: only the thread holding the GIL is sampled, i.e. where Python CPU goes.
+        args = [py_spy, "record", "--pid", str(contestant.pid), "--rate", "250", "--format", "raw"]
+        args += ["--output", str(target), "--threads", "--gil", "--nonblocking"]
+        return _spawn(args, log=out / "py-spy.log")
+
+    def _stop_profile(self, profiler: subprocess.Popen[bytes], contestant: Contestant) -> None:
+        if not isinstance(contestant, Native):
+            profiler.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            profiler.wait(self.options.profile_seconds + 30)
+
+    def _warm_up(self, contestant: Contestant, namespace: str) -> None:
+        """One pod through the scheduler (bound, then deleted): caches are synced once it is bound."""
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "warm-up"},
+            "spec": {
+                "schedulerName": SCHEDULER_NAMES[contestant.flavour],
+                "nodeSelector": {POOL_LABEL: self.options.pool},
+                "containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "10m"}}}],
+            },
+        }
+        path = f"/api/v1/namespaces/{namespace}/pods"
+        request_json(self.api, "POST", path, body=pod)
+        deadline = time.monotonic() + 60
+        while not request_json(self.api, "GET", f"{path}/warm-up")["spec"].get("nodeName"):
+            if not contestant.alive():
+                raise RuntimeError(f"{contestant.flavour} exited:\n{contestant.tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{contestant.flavour} did not bind the warm-up pod:\n{contestant.tail()}")
+            time.sleep(0.05)
+        request_json(self.api, "DELETE", f"{path}/warm-up", body={"gracePeriodSeconds": 0})
+        while True:
+            try:
+                request_json(self.api, "GET", f"{path}/warm-up")
+            except ApiException as exc:
+                if exc.status == 404:
+                    return
+                raise
+            time.sleep(0.05)
+
+    def _wait(
+        self, contestant: Contestant, observer: Observer, sampler: Sampler, *, total: int, last_create: float
+    ) -> None:
+        """Until every pod is bound, or the scheduler has settled: no binding for `quiet` seconds
+        while it used under a quarter of a core (it is not still catching up), or no binding for
+        4 x `quiet` whatever it does (a scheduler retrying unschedulable gangs forever)."""
+        opts = self.options
+        started = time.monotonic()
+        last_report = started
+        while True:
+            time.sleep(0.2)
+            now = time.monotonic()
+            bound = int(observer.bound.value)
+            if bound >= total:
+                return
+            if not contestant.alive():
+                raise RuntimeError(f"{contestant.flavour} exited:\n{contestant.tail()}")
+            last = max(float(observer.last_bind.value), last_create)
+            idle = now - last
+            if idle >= 4 * opts.quiet or (
+                idle >= opts.quiet and sampler.cores("scheduler", over=opts.quiet / 2) < _SETTLED_CORES
+            ):
+                return
+            if now - started > opts.timeout:
+                opts.log(f"{contestant.flavour}: timeout after {opts.timeout:.0f}s")
+                return
+            if now - last_report >= 5:
+                last_report = now
+                opts.log(f"{contestant.flavour}: {bound}/{total} pods bound")
+
+    def _bound(self, namespace: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        token = ""
+        while True:
+            query: dict[str, str | int | bool] = {"limit": 2000}
+            if token:
+                query["continue"] = token
+            page = request_json(self.api, "GET", f"/api/v1/namespaces/{namespace}/pods", query=query)
+            for item in page["items"]:
+                if item["spec"].get("nodeName") and not item["metadata"].get("deletionTimestamp"):
+                    out[item["metadata"]["name"]] = item["spec"]["nodeName"]
+            token = page["metadata"].get("continue") or ""
+            if not token:
+                return out
+
+    def _wait_gone(self, namespace: str) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                request_json(self.api, "GET", f"/api/v1/namespaces/{namespace}")
+            except ApiException as exc:
+                if exc.status == 404:
+                    return
+                raise
+            time.sleep(0.2)
+        raise TimeoutError(f"namespace {namespace} still there after 120 s")
+
+
+@contextlib.contextmanager
+def control_plane() -> Iterator[devcluster.ControlPlane]:
+    """A control plane for the command line (the test uses the session's)."""
+    with devcluster.ControlPlane() as cp:
+        yield cp

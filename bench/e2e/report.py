@@ -1,0 +1,225 @@
+"""The results table (markdown) and the plot of bound pods over time (PNG).
+
+matplotlib is imported inside `plot` only: the small-N test inside `make test` never needs it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+from .metrics import Figures, Recording, bound_curve
+from .workload import Workload
+
+LABELS: Final = {"gangsched": "gangsched", "native": "kube-scheduler v1.36.3"}
+COLOURS: Final = {"gangsched": "tab:blue", "native": "tab:orange"}
+# Requests the bench itself makes (creates and its watch), not the scheduler.
+BENCH_REQUESTS: Final = frozenset({"POST pods", "POST podgroups", "LIST pods", "WATCH pods"})
+# The apiserver's own housekeeping during a run (its lease, the `kubernetes` endpoints).
+HOUSEKEEPING: Final = frozenset({"leases", "endpoints", "endpointslices"})
+MUTATING: Final = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
+
+
+def machine() -> str:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (
+        f"{os.cpu_count()} vCPU ({model or platform.processor() or 'unknown CPU'}), {memory:.0f} GiB RAM, "
+        f"Linux {platform.release()}, Python {platform.python_version()}"
+    )
+
+
+def scheduler_writes(figures: Figures) -> float:
+    """Mutating API requests made by the scheduler (bench creates excluded)."""
+    return sum(
+        count
+        for key, count in figures.api_requests.items()
+        if key.split(" ")[0] in MUTATING
+        and key not in BENCH_REQUESTS
+        and key.split(" ")[-1].split("/")[0] not in HOUSEKEEPING
+    )
+
+
+def _median(values: Sequence[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return statistics.median(finite) if finite else float("nan")
+
+
+def _fmt(value: float, unit: str = "", digits: int = 1) -> str:
+    if math.isnan(value):
+        return "n/a"
+    if unit == "%":
+        return f"{100 * value:.{digits}f} %"
+    return f"{value:,.{digits}f}{(' ' + unit) if unit else ''}"
+
+
+Row = tuple[str, Callable[[Figures], float], str, int, str]
+
+ROWS: Final[Sequence[Row]] = (
+    # label, value, unit, digits, better ("higher" / "lower" / "" for counts that must be 0)
+    ("pods bound per second, first create to last bind", lambda f: f.pods_per_second, "", 0, "higher"),
+    ("gang latency p50, last pod created to last pod bound", lambda f: f.gang_latency_p50, "s", 2, "lower"),
+    ("gang latency p99", lambda f: f.gang_latency_p99, "s", 2, "lower"),
+    (
+        "Preferred-rack gangs that fit one rack placed in one rack",
+        lambda f: f.preferred_in_one_rack,
+        "%",
+        0,
+        "higher",
+    ),
+    (
+        "extra racks per Preferred-rack gang (mean, above the minimum)",
+        lambda f: f.mean_extra_racks,
+        "",
+        2,
+        "lower",
+    ),
+    ("GPU utilisation at saturation (bound / total)", lambda f: f.gpu_utilisation, "%", 1, "higher"),
+    ("gangs placed", lambda f: f.gangs_placed, "", 0, "higher"),
+    ("partial gangs ever observed (must be 0)", lambda f: f.partial_gangs, "", 0, ""),
+    ("Required-domain violations (must be 0)", lambda f: f.required_violations, "", 0, ""),
+    ("gangs left pending that fit the free capacity", lambda f: _stranded(f), "", 0, "lower"),
+    ("scheduler CPU seconds, first create to last bind", lambda f: f.cpu_seconds, "s", 1, "lower"),
+    ("scheduler CPU ms per bound pod", lambda f: 1000 * f.cpu_seconds / max(f.pods_bound, 1), "", 2, "lower"),
+    (
+        "scheduler CPU after the last bind, gangs still pending (cores)",
+        lambda f: f.after_last_bind_cores,
+        "",
+        2,
+        "lower",
+    ),
+    ("scheduler peak RSS", lambda f: f.peak_rss_mib, "MiB", 0, "lower"),
+    (
+        "scheduler API writes per bound pod",
+        lambda f: scheduler_writes(f) / max(f.pods_bound, 1),
+        "",
+        2,
+        "lower",
+    ),
+    (
+        "kube-apiserver CPU seconds, first create to last bind",
+        lambda f: f.apiserver_cpu_seconds,
+        "s",
+        1,
+        "lower",
+    ),
+    ("pods created per second by the load generator", lambda f: f.submit_pods_per_second, "", 0, ""),
+)
+
+
+def _writes_per_pod(f: Figures) -> float:
+    return scheduler_writes(f) / max(f.pods_bound, 1)
+
+
+def _stranded(f: Figures) -> float:
+    return float("nan") if f.stranded_gangs is None else float(f.stranded_gangs)
+
+
+def table(runs: Mapping[str, Sequence[Figures]]) -> str:
+    """Markdown: one column per contestant (median over repeats), ratio gangsched / kube-scheduler."""
+    names = [n for n in ("gangsched", "native") if n in runs]
+    head = "| metric | " + " | ".join(LABELS[n] for n in names)
+    sep = "|---|" + "---:|" * len(names)
+    both = len(names) == 2
+    if both:
+        head += " | gangsched / kube-scheduler"
+        sep += "---:|"
+    lines = [head + " |", sep]
+    for label, value, unit, digits, better in ROWS:
+        medians = {n: _median([value(f) for f in runs[n]]) for n in names}
+        cells = [_fmt(medians[n], unit, digits) for n in names]
+        if both:
+            g, k = medians["gangsched"], medians["native"]
+            if better and not (math.isnan(g) or math.isnan(k)) and k != 0:
+                cells.append(f"{g / k:.2f}x ({better} is better)")
+            else:
+                cells.append("")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def workload_line(workload: Workload) -> str:
+    s = workload.summary()
+    return (
+        f"{workload.topology.describe()}; seed {workload.seed}: {s['gangs']} gangs, {s['pods']} pods, "
+        f"{s['requested_gpus']} GPUs requested for {s['cluster_gpus']} ({workload.oversubscription:.2f}x); "
+        f"{s['single_pod_jobs']} single-pod jobs, {s['gangs_le_8_pods']} gangs of <= 8 pods, largest "
+        f"{s['largest_gang']} pods, {s['with_launcher']} with a launcher; Required rack "
+        f"{s['required_rack']}, Required block + Preferred rack {s['required_block_preferred_rack']}, "
+        f"Preferred rack only {s['preferred_rack_only']}, unconstrained {s['unconstrained_groups']}"
+    )
+
+
+def cpu_curve(rec: Recording, *, window: float = 1.0) -> tuple[list[float], list[float]]:
+    """Scheduler CPU use in cores, averaged over `window` seconds, against seconds since the first create."""
+    t0 = min(rec.created.values(), default=0.0)
+    xs: list[float] = []
+    ys: list[float] = []
+    samples = rec.cpu
+    j = 0
+    for sample in samples:
+        while samples[j].t < sample.t - window:
+            j += 1
+        if sample.t - samples[j].t > 0:
+            xs.append(sample.t - t0)
+            ys.append((sample.cpu_seconds - samples[j].cpu_seconds) / (sample.t - samples[j].t))
+    return xs, ys
+
+
+def plot(recordings: Sequence[Recording], workload: Workload, path: Path) -> None:
+    """Bound pods over time since the first create, per contestant (created pods dashed), and
+    below it the scheduler's CPU use."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, cpu) = plt.subplots(
+        2, 1, figsize=(9, 6.5), dpi=110, sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
+    right = 0.0
+    for rec in recordings:
+        xs, ys, creates = bound_curve(rec, workload)
+        right = max(right, xs[-1], creates[-1] if creates else 0.0)
+        colour = COLOURS.get(rec.contestant, "tab:gray")
+        ax.step(xs, ys, where="post", color=colour, linewidth=2, label=f"{LABELS[rec.contestant]}: bound")
+        ax.plot(
+            creates,
+            range(1, len(creates) + 1),
+            color=colour,
+            linestyle="--",
+            linewidth=1,
+            alpha=0.7,
+            label=f"{LABELS[rec.contestant]}: created",
+        )
+        cx, cy = cpu_curve(rec)
+        cpu.plot(cx, cy, color=colour, linewidth=1.2, label=LABELS[rec.contestant])
+    ax.axhline(workload.pods, color="gray", linewidth=0.8, linestyle=":")
+    ax.text(0, workload.pods, f" {workload.pods} pods in the workload", va="bottom", fontsize=8, color="gray")
+    ax.set_ylabel("pods")
+    ax.set_title(
+        f"Pods bound over time: {workload.topology.nodes} nodes x 8 GPUs, "
+        f"{len(workload.gangs)} gangs, {workload.oversubscription:.2f}x GPU oversubscription"
+    )
+    ax.grid(True, alpha=0.3)
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="lower right", fontsize=9)
+    cpu.set_ylabel("scheduler CPU\n(cores, 1 s avg)")
+    cpu.set_xlabel("seconds since the first pod was created")
+    cpu.set_ylim(bottom=0)
+    cpu.grid(True, alpha=0.3)
+    cpu.set_xlim(0, right * 1.05)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,321 @@
+"""The benchmark's cluster shape and workload, and their manifests for both contestants. Pure.
+
+Gang sizes. The trace facts used (shared/reference/placement-algorithms.md §4, §5.6):
+- Philly (117,325 jobs) ran on 8-GPU servers: nodes here have 8 GPUs, and the common
+  multi-node layout is one 8-GPU worker pod per server.
+- Alibaba PAI 2020 jobs are tasks with roles (ps/worker/evaluator) of different shapes,
+  "natively heterogeneous gangs": some gangs here are 1 CPU-only launcher + N GPU workers
+  (the MPI/DeepSpeed launcher layout).
+- Helios records `gpu_num` and `node_num` per job, i.e. single-node jobs of 1-8 GPUs next to
+  multi-node gangs.
+- §5.6 expects "mostly 1-8 GPU single-node jobs, a heavy tail of multi-node gangs" and, as the
+  synthetic stand-in while the distributions are not computed from the traces, "sizes 2^k
+  with Zipf weights". That is what this module draws: 2^k pods, k = 0..8 (1 to 256), weight
+  (k + 1)^-1.5, so 85 % of gangs have at most 8 pods and about 2 % have 256.
+
+A gang's GPU demand is capped at a third of the cluster (so a 256-pod gang of 8-GPU workers
+needs the 1,000-node cluster; at 100 nodes the tail is cut to what fits).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from gangsched.fakenodes import NodeSet, TopologyKeys, TopologyShape, node_manifests
+from gangsched.model import POD_GROUP_LABEL
+
+Flavour = Literal["gangsched", "native"]
+Level = Literal["rack", "block"]
+Manifest = dict[str, Any]
+
+GPU: Final = "nvidia.com/gpu"
+KEYS: Final = TopologyKeys()
+BLOCK_KEY: Final = "example.com/block"
+RACK_KEY: Final = "example.com/rack"
+LEVEL_KEYS: Final[Mapping[Level, str]] = {"rack": RACK_KEY, "block": BLOCK_KEY}
+GANG_LABEL: Final = "bench.gangsched.io/gang"
+POOL_LABEL: Final = "bench.gangsched.io/pool"
+SCHEDULER_NAMES: Final[Mapping[Flavour, str]] = {"gangsched": "gangsched", "native": "native-gang"}
+NATIVE_API: Final = "scheduling.k8s.io/v1alpha2"
+GANGSCHED_API: Final = "scheduling.gangsched.io/v1alpha1"
+
+GPUS_PER_NODE: Final = 8
+NODE_CPU: Final = 32
+NODE_MEMORY_GI: Final = 256
+LAUNCHER_CPU: Final = 2
+LAUNCHER_MEMORY_GI: Final = 8
+
+SIZE_EXPONENTS: Final = tuple(range(9))  # 2^0 .. 2^8 = 1 .. 256 pods
+ZIPF_S: Final = 1.5
+SINGLE_POD_GPUS: Final = ((1, 0.4), (2, 0.2), (4, 0.2), (8, 0.2))
+WORKER_GPUS: Final = ((8, 0.5), (4, 0.25), (2, 0.125), (1, 0.125))
+LAUNCHER_SHARE: Final = 0.3
+# Constraint mix of multi-pod gangs (cumulative thresholds of one uniform draw).
+REQUIRED_RACK_SHARE: Final = 0.25  # only when the gang needs at most half a rack
+REQUIRED_BLOCK_SHARE: Final = 0.30  # Required block + Preferred rack; at most half a block
+PREFERRED_RACK_SHARE: Final = 0.30  # Preferred rack only (native: unconstrained)
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """`nodes` nodes: racks of `rack_size`, blocks of `racks_per_block` racks, zones of blocks."""
+
+    nodes: int
+    rack_size: int = 10
+    racks_per_block: int = 10
+    blocks_per_zone: int = 10
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1 or self.nodes % self.rack_size:
+            raise ValueError(f"--nodes must be a positive multiple of the rack size {self.rack_size}")
+        racks = self.nodes // self.rack_size
+        if racks > self.racks_per_block and racks % self.racks_per_block:
+            raise ValueError(
+                f"{racks} racks do not make whole blocks of {self.racks_per_block} "
+                f"(use a multiple of {self.rack_size * self.racks_per_block} nodes)"
+            )
+        blocks = max(1, racks // self.racks_per_block)
+        if blocks > self.blocks_per_zone and blocks % self.blocks_per_zone:
+            raise ValueError(f"{blocks} blocks do not make whole zones of {self.blocks_per_zone}")
+
+    @property
+    def shape(self) -> TopologyShape:
+        racks = self.nodes // self.rack_size
+        per_block = min(racks, self.racks_per_block)
+        blocks = racks // per_block
+        per_zone = min(blocks, self.blocks_per_zone)
+        return TopologyShape(zones=blocks // per_zone, blocks=per_zone, racks=per_block, hosts=self.rack_size)
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * GPUS_PER_NODE
+
+    @property
+    def rack_gpus(self) -> int:
+        return self.shape.hosts * GPUS_PER_NODE
+
+    @property
+    def block_gpus(self) -> int:
+        return self.shape.hosts * self.shape.racks * GPUS_PER_NODE
+
+    def describe(self) -> str:
+        s = self.shape
+        return (
+            f"{self.nodes} nodes x {GPUS_PER_NODE} GPUs: {s.zones} zone(s) x {s.blocks} blocks x "
+            f"{s.racks} racks x {s.hosts} hosts"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PodShape:
+    """One member pod: its name inside the gang and its requests."""
+
+    name: str
+    gpus: int
+    cpu: int
+    memory_gi: int
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """A job: `pods` placed all or nothing (minCount = every pod), with its topology wishes."""
+
+    index: int
+    pods: tuple[PodShape, ...]
+    required: Level | None
+    preferred_rack: bool
+
+    @property
+    def name(self) -> str:
+        return f"g{self.index:05d}"
+
+    @property
+    def min_count(self) -> int:
+        return len(self.pods)
+
+    @property
+    def gpus(self) -> int:
+        return sum(p.gpus for p in self.pods)
+
+    @property
+    def is_group(self) -> bool:
+        """Single pods have no PodGroup with either contestant."""
+        return len(self.pods) > 1
+
+    @property
+    def launcher(self) -> bool:
+        return any(p.gpus == 0 for p in self.pods)
+
+    def pod_name(self, pod: PodShape) -> str:
+        return f"{self.name}-{pod.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    topology: Topology
+    gangs: tuple[Gang, ...]
+    seed: int
+    oversubscription: float
+
+    @property
+    def pods(self) -> int:
+        return sum(len(g.pods) for g in self.gangs)
+
+    @property
+    def gpus(self) -> int:
+        return sum(g.gpus for g in self.gangs)
+
+    def summary(self) -> dict[str, Any]:
+        gangs = self.gangs
+        groups = [g for g in gangs if g.is_group]
+        return {
+            "gangs": len(gangs),
+            "pods": self.pods,
+            "requested_gpus": self.gpus,
+            "cluster_gpus": self.topology.gpus,
+            "single_pod_jobs": len(gangs) - len(groups),
+            "gangs_le_8_pods": sum(1 for g in gangs if len(g.pods) <= 8),
+            "largest_gang": max((len(g.pods) for g in gangs), default=0),
+            "with_launcher": sum(1 for g in groups if g.launcher),
+            "required_rack": sum(1 for g in groups if g.required == "rack"),
+            "required_block_preferred_rack": sum(1 for g in groups if g.required == "block"),
+            "preferred_rack_only": sum(1 for g in groups if g.required is None and g.preferred_rack),
+            "unconstrained_groups": sum(1 for g in groups if g.required is None and not g.preferred_rack),
+        }
+
+
+def _pick(rng: random.Random, table: Sequence[tuple[int, float]]) -> int:
+    values = [value for value, _ in table]
+    weights = [weight for _, weight in table]
+    return rng.choices(values, weights=weights)[0]
+
+
+def generate(topology: Topology, *, seed: int, oversubscription: float, max_gang: int = 256) -> Workload:
+    """Gangs drawn until their GPUs reach `oversubscription` x the cluster's GPUs. Deterministic."""
+    rng = random.Random(seed)
+    cap = max(GPUS_PER_NODE, topology.gpus // 3)
+    exponents = [k for k in SIZE_EXPONENTS if 2**k <= max_gang]
+    weights = [(k + 1) ** -ZIPF_S for k in exponents]
+    gangs: list[Gang] = []
+    requested = 0
+    target = oversubscription * topology.gpus
+    while requested < target:
+        size = 2 ** rng.choices(exponents, weights=weights)[0]
+        if size == 1:
+            gpus = _pick(rng, SINGLE_POD_GPUS)
+            pods: tuple[PodShape, ...] = (PodShape("0", gpus, 3 * gpus, 24 * gpus),)
+            gang = Gang(index=len(gangs), pods=pods, required=None, preferred_rack=False)
+        else:
+            gpus = _pick(rng, WORKER_GPUS)
+            while size * gpus > cap and size > 2:
+                size //= 2
+            while size * gpus > cap and gpus > 1:
+                gpus //= 2
+            workers = tuple(PodShape(f"w{i}", gpus, 3 * gpus, 24 * gpus) for i in range(size))
+            launcher = rng.random() < LAUNCHER_SHARE
+            if launcher:
+                workers = (PodShape("launcher", 0, LAUNCHER_CPU, LAUNCHER_MEMORY_GI), *workers)
+            demand = size * gpus
+            u = rng.random()
+            required: Level | None = None
+            preferred = False
+            if u < REQUIRED_RACK_SHARE:
+                if 2 * demand <= topology.rack_gpus:
+                    required = "rack"
+                else:
+                    preferred = True
+            elif u < REQUIRED_RACK_SHARE + REQUIRED_BLOCK_SHARE:
+                preferred = True
+                if 2 * demand <= topology.block_gpus:
+                    required = "block"
+            elif u < REQUIRED_RACK_SHARE + REQUIRED_BLOCK_SHARE + PREFERRED_RACK_SHARE:
+                preferred = True
+            gang = Gang(index=len(gangs), pods=workers, required=required, preferred_rack=preferred)
+        gangs.append(gang)
+        requested += gang.gpus
+    return Workload(topology=topology, gangs=tuple(gangs), seed=seed, oversubscription=oversubscription)
+
+
+# --------------------------------------------------------------------------------------------
+# Manifests
+
+
+def node_set(topology: Topology, *, pool: str) -> NodeSet:
+    """The fake nodes: names and topology label values are prefixed with the pool."""
+    return NodeSet(
+        shape=topology.shape,
+        name_prefix=f"{pool}-",
+        cpu=str(NODE_CPU),
+        memory=f"{NODE_MEMORY_GI}Gi",
+        extended={GPU: str(GPUS_PER_NODE)},
+        labels={POOL_LABEL: pool},
+    )
+
+
+def node_domains(topology: Topology, *, pool: str) -> dict[str, tuple[str, str]]:
+    """node name -> (block, rack) label values."""
+    out: dict[str, tuple[str, str]] = {}
+    for node in node_manifests(spec=node_set(topology, pool=pool)):
+        labels = node["metadata"]["labels"]
+        out[node["metadata"]["name"]] = (labels[BLOCK_KEY], labels[RACK_KEY])
+    return out
+
+
+def group_manifest(gang: Gang, flavour: Flavour) -> Manifest | None:
+    """The PodGroup of a multi-pod gang, or None for a single pod.
+
+    gangsched: Required level (if any), then a Preferred rack. Native: only the Required level
+    becomes `schedulingConstraints.topology` (one level, and native has no Preferred mode).
+    """
+    if not gang.is_group:
+        return None
+    policy = {"gang": {"minCount": gang.min_count}}
+    spec: Manifest = {"schedulingPolicy": policy}
+    if flavour == "gangsched":
+        topology: list[dict[str, str]] = []
+        if gang.required is not None:
+            topology.append({"key": LEVEL_KEYS[gang.required], "mode": "Required"})
+        if gang.preferred_rack and gang.required != "rack":
+            topology.append({"key": RACK_KEY, "mode": "Preferred"})
+        if topology:
+            spec["schedulingConstraints"] = {"topology": topology}
+        api = GANGSCHED_API
+    else:
+        if gang.required is not None:
+            spec["schedulingConstraints"] = {"topology": [{"key": LEVEL_KEYS[gang.required]}]}
+        api = NATIVE_API
+    return {"apiVersion": api, "kind": "PodGroup", "metadata": {"name": gang.name}, "spec": spec}
+
+
+def pod_manifest(gang: Gang, pod: PodShape, flavour: Flavour, *, pool: str) -> Manifest:
+    requests: dict[str, str] = {"cpu": str(pod.cpu), "memory": f"{pod.memory_gi}Gi"}
+    limits: dict[str, str] = {}
+    if pod.gpus:
+        requests[GPU] = limits[GPU] = str(pod.gpus)
+    labels = {GANG_LABEL: gang.name}
+    spec: Manifest = {
+        "schedulerName": SCHEDULER_NAMES[flavour],
+        "nodeSelector": {POOL_LABEL: pool},
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.example/train:1",
+                "resources": {"requests": requests, **({"limits": limits} if limits else {})},
+            }
+        ],
+    }
+    if gang.is_group:
+        if flavour == "gangsched":
+            labels[POD_GROUP_LABEL] = gang.name
+        else:
+            spec["schedulingGroup"] = {"podGroupName": gang.name}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": gang.pod_name(pod), "labels": labels},
+        "spec": spec,
+    }

@@ -1,0 +1,53 @@
+"""The end-to-end benchmark (bench/e2e) at small N: correctness only, never speed.
+
+24 nodes, a seeded workload needing half the cluster's GPUs, each contestant in turn on the
+session's control plane: gangsched, and kube-scheduler v1.36.3 when the binary was built.
+Every gang fits at once, so every gang must be placed, none may ever be partial, and none
+may break its Required domain.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from gangsched import devcluster
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # `pytest` without `python -m` does not put the repo root there
+    sys.path.insert(0, str(REPO))
+
+from bench.e2e import metrics, report  # noqa: E402
+from bench.e2e.harness import Bench, Options  # noqa: E402
+from bench.e2e.workload import Flavour, Topology, generate, node_domains  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+def test_small_benchmark_places_every_gang_whole(
+    control_plane: devcluster.ControlPlane, tmp_path: Path
+) -> None:
+    topology = Topology(nodes=24, rack_size=4, racks_per_block=3)
+    workload = generate(topology, seed=7, oversubscription=0.5)
+    assert any(g.is_group and g.required for g in workload.gangs)
+    options = Options(pool=f"t{uuid.uuid4().hex[:6]}", quiet=8.0, timeout=60.0, log=lambda _: None)
+    contestants: list[Flavour] = ["gangsched"]
+    if control_plane.binaries.kube_scheduler is not None:
+        contestants.append("native")
+    domains = node_domains(topology, pool=options.pool)
+    figures: dict[str, list[metrics.Figures]] = {}
+    with Bench(control_plane, workload, options, tmp_path) as bench:
+        for flavour in contestants:
+            fig = metrics.compute(bench.run(flavour), workload, domains, gap=options.gap)
+            figures[flavour] = [fig]
+            where = f"{flavour}: {fig.as_dict()}"
+            assert fig.partial_gangs == 0, where
+            assert fig.required_violations == 0, where
+            assert fig.gangs_placed == len(workload.gangs), where
+            assert fig.pods_bound == workload.pods, where
+            assert fig.stranded_gangs == 0, where
+    assert "| partial gangs ever observed (must be 0) | 0 |" in report.table(figures)
+    assert "matplotlib" not in sys.modules  # the table needs no plotting library
