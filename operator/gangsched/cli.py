@@ -81,6 +81,12 @@ def simulate(paths: tuple[Path, ...], output: str, scheduler_name: str) -> None:
     "--concurrency", type=click.IntRange(1, 512), default=32, show_default=True, help="Parallel API writes."
 )
 @click.option("--log-format", type=click.Choice(["human", "json"]), default="human", show_default=True)
+@click.option(
+    "--pod-events/--no-pod-events",
+    default=True,
+    show_default=True,
+    help="Post a Scheduled Event on every bound pod, as kube-scheduler does (half of all writes).",
+)
 @click.option("--verbose", "-v", is_flag=True)
 @click.option(
     "--leader-elect/--no-leader-elect",
@@ -108,6 +114,7 @@ def run(
     metrics_port: int,
     concurrency: int,
     log_format: str,
+    pod_events: bool,
     verbose: bool,
     leader_elect: bool | None,
     lease_namespace: str,
@@ -143,6 +150,7 @@ def run(
         scheduler=SchedulerConfig(
             scheduler_name=scheduler_name,
             namespaces=frozenset(namespaces) if namespaces else None,
+            pod_events=pod_events,
         ),
         kubeconfig=kubeconfig,
         liveness_port=liveness_port or None,
