@@ -129,16 +129,19 @@ def _transient(exc: BaseException) -> bool:
 _backoff = wait_exponential_jitter(multiplier=0.2, max=5.0)
 
 
-def _wait(state: RetryCallState) -> float:
-    """Exponential backoff, or the server's Retry-After when it asks for longer."""
-    delay = float(_backoff(state))
-    outcome = state.outcome
-    exc = outcome.exception() if outcome is not None else None
+def _retry_after(exc: BaseException | None) -> float:
+    """The server's Retry-After (capped at 30 s), or 0."""
     if isinstance(exc, ApiException) and exc.headers:
         retry_after = exc.headers.get("Retry-After")
         if retry_after and retry_after.isdigit():
-            delay = max(delay, min(float(retry_after), 30.0))
-    return delay
+            return min(float(retry_after), 30.0)
+    return 0.0
+
+
+def _wait(state: RetryCallState) -> float:
+    """Exponential backoff, or the server's Retry-After when it asks for longer."""
+    outcome = state.outcome
+    return max(float(_backoff(state)), _retry_after(outcome.exception() if outcome is not None else None))
 
 
 class Binder:
@@ -175,16 +178,23 @@ class Binder:
         async with self._slots:
             if delay:
                 await asyncio.sleep(delay)
+            send = partial(request_json, self.api, method, path, **kwargs)
+            try:  # the common case, without building a retry machine per request
+                return await loop.run_in_executor(self._executor, send)
+            except Exception as exc:
+                if not _transient(exc) or self.attempts <= 1:
+                    raise
+                first = exc
+            log.debug("%s %s: %s; retrying", method, path, first)
+            await asyncio.sleep(max(0.2, _retry_after(first)))
             async for attempt in AsyncRetrying(
                 retry=retry_if_exception(_transient),
-                stop=stop_after_attempt(self.attempts),
+                stop=stop_after_attempt(self.attempts - 1),
                 wait=_wait,
                 reraise=True,
             ):
                 with attempt:
-                    return await loop.run_in_executor(
-                        self._executor, lambda: request_json(self.api, method, path, **kwargs)
-                    )
+                    return await loop.run_in_executor(self._executor, send)
         raise AssertionError("unreachable")  # pragma: no cover
 
     # ------------------------------------------------------------------ bindings

@@ -1,0 +1,86 @@
+"""Binder retries: transient failures are retried (honouring Retry-After), conflicts never."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+import gangsched.binder as binder_module
+from gangsched.binder import Binder, BindOutcome, binding_body
+from gangsched.model import parse_pod
+
+
+def a_pod() -> Any:
+    return parse_pod({"metadata": {"name": "p", "namespace": "ml", "uid": "u-1"}, "spec": {"containers": []}})
+
+
+def failing(statuses: list[int], calls: list[dict[str, Any]], retry_after: str | None = None) -> Any:
+    def request(api: Any, method: str, path: str, **kwargs: Any) -> Any:
+        calls.append({"method": method, "path": path, **kwargs})
+        if statuses:
+            exc = ApiException(status=statuses.pop(0), reason="x")
+            exc.headers = {"Retry-After": retry_after} if retry_after else {}
+            raise exc
+        return {"kind": "Status", "status": "Success"}
+
+    return request
+
+
+@pytest.mark.parametrize(
+    ("statuses", "outcome", "attempts"),
+    [
+        ([], BindOutcome.BOUND, 1),
+        ([429, 503], BindOutcome.BOUND, 3),
+        ([409], BindOutcome.CONFLICT, 1),
+        ([404], BindOutcome.GONE, 1),
+        ([500] * 5, BindOutcome.FAILED, 5),
+        ([403], BindOutcome.FAILED, 1),
+    ],
+)
+def test_bind_outcomes(
+    monkeypatch: pytest.MonkeyPatch, statuses: list[int], outcome: BindOutcome, attempts: int
+) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(binder_module, "request_json", failing(list(statuses), calls))
+    monkeypatch.setattr(binder_module, "_backoff", lambda state: 0.0)
+
+    async def scenario() -> None:
+        binder = Binder(api=None, concurrency=2)  # type: ignore[arg-type]
+        monkeypatch.setattr(binder_module.asyncio, "sleep", _no_sleep)
+        result = await binder.bind(a_pod(), "n1")
+        binder.close()
+        assert result.outcome is outcome
+        assert len(calls) == attempts
+        assert calls[0]["path"] == "/api/v1/namespaces/ml/pods/p/binding"
+        assert calls[0]["body"] == binding_body(a_pod(), "n1")
+        assert calls[0]["body"]["metadata"]["uid"] == "u-1"  # precondition: never a recreated pod
+
+    asyncio.run(scenario())
+
+
+_real_sleep = asyncio.sleep
+slept: list[float] = []
+
+
+async def _no_sleep(delay: float, *args: Any) -> None:
+    slept.append(delay)
+    await _real_sleep(0)
+
+
+def test_retry_after_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(binder_module, "request_json", failing([429], calls, retry_after="7"))
+    slept.clear()
+
+    async def scenario() -> None:
+        binder = Binder(api=None)  # type: ignore[arg-type]
+        monkeypatch.setattr(binder_module.asyncio, "sleep", _no_sleep)
+        result = await binder.bind(a_pod(), "n1")
+        binder.close()
+        assert result.outcome is BindOutcome.BOUND
+
+    asyncio.run(scenario())
+    assert 7.0 in slept
