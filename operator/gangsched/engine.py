@@ -261,10 +261,11 @@ class _GroupPlacer:
             child_ids = child_ids_all[nodes_all]
             ok = child_ids >= 0
             csize = int(child_ids_all.max()) + 1 if child_ids_all.size else 0
-            child_bound, _ = self._upper_bound(child_ids[ok], nodes_all[ok], csize)
+            # In main-class pods, as the descent counts them (see _order).
+            _, child_bound = self._upper_bound(child_ids[ok], nodes_all[ok], csize)
             parents = np.full(csize, -1, dtype=np.int64)
             parents[child_ids[ok]] = ids[ok]
-            fewest = _fewest_children(parents, child_bound, self.total, size)
+            fewest = _fewest_children(parents, child_bound, self._main_units(self.total), size)
         self.fewest = fewest
         # Rank: whole group fits, fewest Preferred children needed, then the tightest (least spare).
         order = np.lexsort((viable, raw[viable], fewest[viable], ~fits_all))
@@ -290,25 +291,31 @@ class _GroupPlacer:
                     attempt = self._place_within(nodes[inverse == child], pref_index + 1, target)
                     if attempt.placed >= target:
                         return attempt
-        order = self._order(nodes, pref_index, target)
+        order = self._order(nodes, pref_index, self._main_units(target))
         return self._fill(order, target)
 
     def _order(self, nodes: IntArray, pref_index: int, target: int) -> IntArray:
-        """Nodes in preference order: fewest domains at each Preferred level, fewest hosts."""
+        """Nodes in preference order: fewest domains at each Preferred level, fewest hosts.
+
+        `target` counts pods of the main class only: a domain is chosen for the class that
+        makes up the gang (the workers); the few others (a launcher) fill in along the order.
+        Counting them too would credit every domain with room for the launcher and so pick
+        one domain too few.
+        """
         if pref_index >= len(self.preferred_depths):
             return self._order_leaves(nodes, target)
         depth = self.preferred_depths[pref_index]
         ids_all, _ = self.snap.domains(self.levels[: depth + 1])
         ids = ids_all[nodes]
         uniq, inverse = np.unique(ids, return_inverse=True)
-        bound, raw = self._upper_bound(inverse, nodes, uniq.size)
+        _, raw = self._upper_bound(inverse, nodes, uniq.size)
         home = self._holds_members(uniq, ids_all)
-        picked = self._largest_then_best_fit(np.lexsort((uniq, -raw, -bound, ~home)), bound, raw, target)
+        picked = self._largest_then_best_fit(np.lexsort((uniq, -raw, ~home)), raw, raw, target)
         parts: list[IntArray] = []
         remaining = target
         for child in picked:
             child_nodes = nodes[inverse == child]
-            take = min(int(bound[child]), remaining)
+            take = min(int(raw[child]), remaining)
             parts.append(self._order(child_nodes, pref_index + 1, take))
             remaining -= take
         rest = np.setdiff1d(np.arange(uniq.size), np.asarray(picked, dtype=np.int64), assume_unique=True)
@@ -317,6 +324,10 @@ class _GroupPlacer:
             parts.append(self._order_leaves(rest_nodes, 0))
         return np.concatenate(parts) if parts else nodes
 
+    def _main_units(self, target: int) -> int:
+        """Of `target` pods of the group, how many belong to the main class (the rest come first)."""
+        return max(0, min(self.counts[self.main], target - (self.total - self.counts[self.main])))
+
     def _holds_members(self, domain_ids: IntArray, ids_all: IntArray) -> BoolArray:
         """Which of `domain_ids` already hold a bound member of the group."""
         if not self.bound_nodes:
@@ -324,9 +335,10 @@ class _GroupPlacer:
         return np.isin(domain_ids, ids_all[np.asarray(self.bound_nodes, dtype=np.int64)])
 
     def _order_leaves(self, nodes: IntArray, target: int) -> IntArray:
-        bound, raw = self._node_bound(nodes)
-        ranked = np.lexsort((nodes, -raw, -bound))
-        picked = self._largest_then_best_fit(ranked, bound, raw, target) if target > 0 else []
+        """Hosts largest first while none alone holds what is left (`target`, main-class pods)."""
+        _, raw = self._node_bound(nodes)
+        ranked = np.lexsort((nodes, -raw))
+        picked = self._largest_then_best_fit(ranked, raw, raw, target) if target > 0 else []
         if not picked:
             return nodes[ranked]
         taken = np.zeros(nodes.shape[0], dtype=bool)
@@ -540,7 +552,9 @@ class _GroupPlacer:
         if nodes.size == 0:
             return None
         if self.required_depth < 0:
-            attempt = self._greedy(self._order_leaves(nodes, self.total), list(range(len(self.classes))))
+            attempt = self._greedy(
+                self._order_leaves(nodes, self._main_units(self.total)), list(range(len(self.classes)))
+            )
             return "cluster", attempt.placed
         ids_all, paths = self.snap.domains(self.required_keys)
         if self.bound_nodes:
@@ -556,7 +570,8 @@ class _GroupPlacer:
         bound, _ = self._upper_bound(inverse, nodes, uniq.size)
         top = int(np.argmax(bound))
         attempt = self._greedy(
-            self._order_leaves(nodes[inverse == top], self.total), list(range(len(self.classes)))
+            self._order_leaves(nodes[inverse == top], self._main_units(self.total)),
+            list(range(len(self.classes))),
         )
         key = self.required_keys[-1].rsplit("/", 1)[-1]
         return f"best {key} {'-'.join(paths[int(uniq[top])])}", attempt.placed
