@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -48,7 +47,6 @@ from kubernetes.client.exceptions import ApiException
 
 from gangsched import devcluster, fakenodes
 from gangsched._rawapi import request_json
-from gangsched.model import GROUP, PLURAL, VERSION
 
 from . import oracle
 from .metrics import CpuSample, PodEvent, Recording
@@ -64,8 +62,6 @@ from .workload import (
     pod_manifest,
 )
 
-REPO: Final = Path(__file__).resolve().parents[2]
-CRD: Final = REPO / "crds" / "podgroup.yaml"
 NATIVE_GATES: Final = ("GenericWorkload", "GangScheduling", "TopologyAwareWorkloadScheduling")
 CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 _SAMPLE_SECONDS: Final = 0.2
@@ -169,11 +165,7 @@ class Sampler:
 # HTTP
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+free_port = devcluster.free_port
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,20 +374,6 @@ class Contestant:
         """Overridden where the process has a readiness signal of its own."""
 
 
-def _spawn(
-    args: Sequence[str], *, log: Path, env: Mapping[str, str] | None = None
-) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            list(args),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=dict(env) if env is not None else None,
-            start_new_session=True,
-        )
-
-
 class Gangsched(Contestant):
     flavour: Flavour = "gangsched"
 
@@ -417,7 +395,7 @@ class Gangsched(Contestant):
             str(self.port),
         ]
         env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig_path)}
-        self.proc = _spawn(args, log=self.log_path, env=env)
+        self.proc = devcluster.spawn(args, log=self.log_path, env=env)
 
     def wait_ready(self, timeout: float) -> None:
         """The liveness endpoint answers once kopf runs (the warm-up pod then proves the loop).
@@ -497,29 +475,11 @@ class Native(Contestant):
             # Loopback only: lets `go tool pprof` fetch a CPU profile without credentials.
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*",
         ]
-        self.proc = _spawn(args, log=self.log_path)
+        self.proc = devcluster.spawn(args, log=self.log_path)
 
 
 # --------------------------------------------------------------------------------------------
 # Loading
-
-
-def ensure_crd(api: client.ApiClient) -> None:
-    body = yaml.safe_load(CRD.read_text())
-    try:
-        request_json(api, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=body)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            request_json(api, "GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}")
-            return
-        except ApiException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def create_all(
@@ -604,7 +564,7 @@ class Bench:
         started = time.monotonic()
         names = fakenodes.create_nodes(api=self.api, spec=self._node_set, parallelism=16)
         log(f"created {len(names)} nodes in {time.monotonic() - started:.1f}s")
-        ensure_crd(self.api)
+        devcluster.apply_crd(self.api)
         if self.options.agent:
             self._agent = fakenodes.NodeAgent(api_client=self.cp.api_client())
             self._agent.start()
@@ -696,7 +656,7 @@ class Bench:
             seconds = str(round(self.options.profile_seconds))
             args = [go, "tool", "pprof", "-proto", "-seconds", seconds, "-output", str(target), url]
             # PPROF_TMPDIR: pprof also keeps a copy of every profile there (default ~/pprof).
-            return _spawn(args, log=out / "pprof.log", env={**os.environ, "PPROF_TMPDIR": str(out)})
+            return devcluster.spawn(args, log=out / "pprof.log", env={**os.environ, "PPROF_TMPDIR": str(out)})
         py_spy = shutil.which("py-spy")
         if py_spy is None:
             self.options.log("py-spy not found: no profile (pip install py-spy)")
@@ -705,7 +665,7 @@ class Bench:
         # --gil: only the thread holding the GIL is sampled, i.e. where Python CPU goes.
         args = [py_spy, "record", "--pid", str(contestant.pid), "--rate", "250", "--format", "raw"]
         args += ["--output", str(target), "--threads", "--gil", "--nonblocking"]
-        return _spawn(args, log=out / "py-spy.log")
+        return devcluster.spawn(args, log=out / "py-spy.log")
 
     def _stop_profile(self, profiler: subprocess.Popen[bytes], contestant: Contestant) -> None:
         if not isinstance(contestant, Native):

@@ -323,9 +323,8 @@ def _die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
-def _spawn(
-    args: Sequence[str], *, log: Path, env: Mapping[str, str] | None = None
-) -> subprocess.Popen[bytes]:
+def spawn(args: Sequence[str], *, log: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a child in its own process group that dies with us, its output in `log`."""
     with log.open("wb") as out:  # truncated: a retry must not see the last attempt's errors
         return subprocess.Popen(
             list(args),
@@ -512,7 +511,7 @@ class ControlPlane:
         peer_url = f"http://127.0.0.1:{peer_port}"
         etcd_dir = self._dir / "etcd"
         shutil.rmtree(etcd_dir, ignore_errors=True)
-        self._etcd = _spawn(
+        self._etcd = spawn(
             [
                 str(binaries.etcd),
                 "--name=gangsched",
@@ -531,7 +530,7 @@ class ControlPlane:
         # backs off while etcd elects itself) and mixes up whose fault a failure is.
         deadline = time.monotonic() + self._startup_timeout
         self._wait_etcd(deadline)
-        self._apiserver = _spawn([str(binaries.kube_apiserver), *self._apiserver_args()], log=self.log_path)
+        self._apiserver = spawn([str(binaries.kube_apiserver), *self._apiserver_args()], log=self.log_path)
         self._wait_ready(deadline)
 
     def _apiserver_args(self) -> list[str]:
@@ -892,7 +891,7 @@ class OperatorProcess:
             str(self.port),
             *self.args,
         ]
-        self.proc = _spawn(command, log=self.log, env=env)
+        self.proc = spawn(command, log=self.log, env=env)
 
     @property
     def pid(self) -> int:
