@@ -41,6 +41,9 @@ def parse_rv(value: str | None) -> int | None:
     return int(value)
 
 
+_POD_GROUP_META = ("name", "namespace", "uid", "generation", "resourceVersion", "creationTimestamp")
+
+
 def _scheduling_view(pod: Pod) -> tuple[object, ...]:
     """What of a pod can change a placement decision (not its status conditions, IPs, ...)."""
     return (
@@ -192,7 +195,14 @@ class ClusterCache:
             self.writes.pop(key, None)
             return key
         self.pod_groups[key] = parse_pod_group(body, priorities=self._class_values())
-        self.raw_pod_groups[key] = body
+        # A projection, not the body (managedFields alone can be kilobytes): what re-parsing
+        # after a PriorityClass change and the last written status need.
+        meta = body.get("metadata") or {}
+        self.raw_pod_groups[key] = {
+            "metadata": {k: meta[k] for k in _POD_GROUP_META if k in meta},
+            "spec": body.get("spec") or {},
+            "status": body.get("status") or {},
+        }
         return key
 
     def apply_priority_class(self, event_type: str | None, body: Mapping[str, Any]) -> None:
