@@ -166,8 +166,6 @@ class Binder:
         self.instance = instance or f"{COMPONENT}-{uuid.uuid4().hex[:8]}"
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gangsched-api")
         self._slots = asyncio.Semaphore(concurrency)
-        self.binds_sent = 0
-        self.conflicts = 0
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -201,12 +199,10 @@ class Binder:
 
     async def bind(self, pod: Pod, node: str) -> BindResult:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
-        self.binds_sent += 1
         try:
             await self._call("POST", path, body=binding_body(pod, node), delay=self.bind_delay_seconds)
         except ApiException as exc:
             if exc.status == 409:
-                self.conflicts += 1
                 log.warning("binding %s/%s: conflict: %s", pod.namespace, pod.name, _reason(exc))
                 return BindResult(pod, node, BindOutcome.CONFLICT, _reason(exc))
             if exc.status == 404:

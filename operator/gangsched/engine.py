@@ -115,7 +115,6 @@ class _Attempt:
     placed: int
     counts: list[dict[int, int]]
     spread: tuple[int, ...] = ()
-    domain: int = -1
 
 
 class _GroupPlacer:
@@ -178,7 +177,6 @@ class _GroupPlacer:
         self.main = max(range(len(self.classes)), key=lambda k: self.counts[k]) if self.classes else 0
         self.fewest = np.zeros(0, dtype=np.int64)
         self.bound_nodes = [snapshot.index[p.node_name] for p in bound_alive if p.node_name in snapshot.index]
-        self.attempts = 0
 
     # -------------------------------------------------------------- capacity bounds
 
@@ -216,7 +214,6 @@ class _GroupPlacer:
         best: _Attempt | None = None
         for domain, nodes in candidates:
             attempt = self._place_within(nodes, 0, self.total)
-            attempt.domain = domain
             if attempt.placed >= max(self.need, 1) and (best is None or self._better(attempt, best)):
                 best = attempt
                 # Candidates come best-first; stop once one meets its own lower bound.
@@ -370,7 +367,6 @@ class _GroupPlacer:
     # -------------------------------------------------------------- laying pods down
 
     def _fill(self, order: IntArray, target: int) -> _Attempt:
-        self.attempts += 1
         attempt = self._greedy(order, list(range(len(self.classes))))
         if attempt.placed < target and len(self.classes) > 1:
             alt = self._greedy(order, list(reversed(range(len(self.classes)))))

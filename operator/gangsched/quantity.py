@@ -64,13 +64,3 @@ def parse_milli(value: object) -> int:
     if milli > 2**62:
         raise QuantityError(f"quantity {value!r} is too large")
     return int(milli)
-
-
-def format_milli(resource: str, milli: int) -> str:
-    """Render milli-units the way a person reads them: cpu in cores, memory in Gi."""
-    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
-        gib = milli / 1000 / 2**30
-        return f"{gib:.3g}Gi" if gib >= 1 else f"{milli / 1000 / 2**20:.3g}Mi"
-    if milli % 1000 == 0:
-        return str(milli // 1000)
-    return f"{milli}m"

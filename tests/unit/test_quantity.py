@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gangsched.quantity import QuantityError, format_milli, parse_milli
+from gangsched.quantity import QuantityError, parse_milli
 
 GI = 2**30
 MI = 2**20
@@ -88,17 +88,3 @@ def test_error_names_the_value() -> None:
 
 def test_quantity_error_is_a_value_error() -> None:
     assert issubclass(QuantityError, ValueError)
-
-
-@pytest.mark.parametrize(
-    ("resource", "milli", "text"),
-    [
-        ("cpu", 2000, "2"),
-        ("cpu", 500, "500m"),
-        ("nvidia.com/gpu", 8000, "8"),
-        ("memory", 16 * GI * 1000, "16Gi"),
-        ("memory", 512 * MI * 1000, "512Mi"),
-    ],
-)
-def test_format(resource: str, milli: int, text: str) -> None:
-    assert format_milli(resource, milli) == text
