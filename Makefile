@@ -4,6 +4,9 @@ VENV ?= .venv
 PY := $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
 K8S_VERSION := v1.36.3
 export GANGSCHED_K8S_BIN ?= $(HOME)/.cache/gangsched/k8s-$(K8S_VERSION)/bin
+# Test and demo tooling (gangsched_testing): a source root of its own, never installed.
+# pytest finds it through pyproject.toml; bench/ and hack/demo.py put it on sys.path.
+TESTING_PATH := PYTHONPATH=testing$${PYTHONPATH:+:$$PYTHONPATH}
 
 .PHONY: setup control-plane test lint typecheck unit integration dev-cluster demo demo-run bench bench-e2e clean
 
@@ -17,8 +20,8 @@ control-plane: ## build kube-apiserver, kube-scheduler and etcd once into $(GANG
 	bash hack/build-control-plane.sh
 
 lint:
-	$(PY) -m ruff check operator tests bench hack
-	$(PY) -m ruff format --check operator tests bench hack
+	$(PY) -m ruff check operator testing tests bench hack
+	$(PY) -m ruff format --check operator testing tests bench hack
 
 typecheck:
 	$(PY) -m mypy
@@ -33,10 +36,10 @@ test: lint typecheck ## ruff, mypy and every test
 	$(PY) -m pytest tests -q
 
 dev-cluster: ## a local control plane in the foreground, for people
-	$(PY) -m gangsched.devcluster
+	$(TESTING_PATH) $(PY) -m gangsched_testing.devcluster
 
 demo: ## the story in half a minute: control plane, 32 GPU nodes, gangsched, four gangs, live view
-	@$(PY) -c 'import gangsched.devcluster, kopf' 2>/dev/null || $(MAKE) --no-print-directory setup
+	@$(TESTING_PATH) $(PY) -c 'import gangsched_testing.devcluster, kopf' 2>/dev/null || $(MAKE) --no-print-directory setup
 	bash hack/build-control-plane.sh
 	@$(MAKE) --no-print-directory demo-run
 

@@ -24,69 +24,53 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gangsched.engine import schedule_groups
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testing"))  # gangsched_testing
+
+from gangsched.engine import GroupRequest, Snapshot, schedule_groups
 from gangsched.model import (
-    POD_GROUP_LABEL,
-    GroupRequest,
     Node,
     Pod,
     TopologyConstraint,
     parse_node,
     parse_pod,
 )
-from gangsched.snapshot import Snapshot
-
-ZONE = "topology.kubernetes.io/zone"
-BLOCK = "example.com/block"
-RACK = "example.com/rack"
-HOST = "kubernetes.io/hostname"
-GPU = "nvidia.com/gpu"
-
-
-def node_obj(z: int, b: int, r: int, h: int) -> dict[str, Any]:
-    name = f"z{z}-b{b}-r{r}-h{h}"
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {ZONE: f"z{z}", BLOCK: f"z{z}-b{b}", RACK: f"z{z}-b{b}-r{r}", HOST: name},
-        },
-        "status": {"allocatable": {"cpu": "128", "memory": "1024Gi", "pods": "110", GPU: "8"}},
-    }
+from gangsched_testing.builders import (
+    BLOCK,
+    RACK,
+    Manifest,
+    pod_group_manifest,
+    pod_manifest,
+    topology_node_manifests,
+)
 
 
-def pod_obj(name: str, *, cpu: str, gpu: int, group: str | None = None, node: str = "") -> dict[str, Any]:
-    requests: dict[str, str] = {"cpu": cpu, "memory": "8Gi"}
-    if gpu:
-        requests[GPU] = str(gpu)
-    meta: dict[str, Any] = {"name": name, "namespace": "bench"}
-    if group:
-        meta["labels"] = {POD_GROUP_LABEL: group}
-    spec: dict[str, Any] = {
-        "schedulerName": "gangsched" if not node else "default-scheduler",
-        "containers": [{"name": "c", "resources": {"requests": requests}}],
-    }
-    if node:
-        spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+def pod_obj(name: str, *, cpu: str, gpu: int, group: str | None = None, node: str = "") -> Manifest:
+    """A gang member, or (with `node`) a pod of another scheduler bound there; 8 GiB each."""
+    return pod_manifest(
+        name,
+        group,
+        namespace="bench",
+        cpu=cpu,
+        memory="8Gi",
+        gpu=gpu,
+        gpu_limit=False,
+        container="c",
+        image=None,
+        scheduler="gangsched" if not node else "default-scheduler",
+        node_name=node,
+    )
 
 
-def cluster(shape: tuple[int, int, int, int], seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def cluster(shape: tuple[int, int, int, int], seed: int) -> tuple[list[Manifest], list[Manifest]]:
     """Nodes plus background pods loading each node 50-90% (GPUs and cpu)."""
     rng = random.Random(seed)
-    zones, blocks, racks, hosts = shape
-    nodes, load = [], []
-    for z in range(zones):
-        for b in range(blocks):
-            for r in range(racks):
-                for h in range(hosts):
-                    obj = node_obj(z, b, r, h)
-                    nodes.append(obj)
-                    frac = rng.uniform(0.5, 0.9)
-                    gpus = round(8 * frac)
-                    name = obj["metadata"]["name"]
-                    load.append(pod_obj(f"bg-{name}", cpu=str(round(128 * frac)), gpu=gpus, node=name))
+    nodes = topology_node_manifests(*shape, cpu="128", memory="1024Gi", gpu=8, ready=None)
+    load = []
+    for obj in nodes:
+        frac = rng.uniform(0.5, 0.9)
+        gpus = round(8 * frac)
+        name = obj["metadata"]["name"]
+        load.append(pod_obj(f"bg-{name}", cpu=str(round(128 * frac)), gpu=gpus, node=name))
     return nodes, load
 
 
@@ -139,23 +123,13 @@ def simulate_case(repeat: int) -> dict[str, Any]:
     groups = 0
     for g in range(200):
         size = rng.choice([1, 2, 4, 8, 8, 16, 32, 64])
-        topology: list[dict[str, str]] = []
+        topology: list[str | tuple[str, str]] = []
         kind = rng.random()
         if kind < 0.3:
-            topology = [{"key": RACK}]
+            topology = [RACK]
         elif kind < 0.6:
-            topology = [{"key": BLOCK}, {"key": RACK, "mode": "Preferred"}]
-        objs.append(
-            {
-                "apiVersion": "scheduling.gangsched.io/v1alpha1",
-                "kind": "PodGroup",
-                "metadata": {"name": f"g{g}", "namespace": "bench"},
-                "spec": {
-                    "schedulingPolicy": {"gang": {"minCount": size}},
-                    "schedulingConstraints": {"topology": topology},
-                },
-            }
-        )
+            topology = [BLOCK, (RACK, "Preferred")]
+        objs.append(pod_group_manifest(f"g{g}", size, namespace="bench", topology=topology))
         for i in range(size):
             objs.append(pod_obj(f"g{g}-{i}", cpu="4", gpu=1, group=f"g{g}"))
         groups += 1

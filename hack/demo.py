@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`make demo`: gangsched on a local control plane, one story, about half a minute.
 
-It starts kube-apiserver + etcd (gangsched.devcluster) with 32 fake GPU nodes (2 zones x
+It starts kube-apiserver + etcd (gangsched_testing.devcluster) with 32 fake GPU nodes (2 zones x
 2 blocks x 4 racks x 2 hosts, 8 GPUs each) and a kubelet stand-in, installs the PodGroup
 CRD, runs `gangsched run` as a subprocess, then submits four gangs:
 
@@ -38,13 +38,18 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final, Literal, TextIO
 
+# The control plane and fake nodes are test tooling, in testing/ beside the product: never
+# installed, so found from here.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testing"))
+
 try:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from gangsched import devcluster, fakenodes
     from gangsched._rawapi import request_json
     from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
+    from gangsched_testing import devcluster, fakenodes
+    from gangsched_testing.builders import gang_manifests, pod_group_manifest
 except ImportError as exc:  # pragma: no cover - depends on the environment
     sys.exit(f"hack/demo.py: {exc}; run `make setup` first (it creates .venv with gangsched and its deps)")
 
@@ -88,41 +93,22 @@ class Gang:
     why: str
 
     def pod_group(self) -> Json:
-        return {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "PodGroup",
-            "metadata": {"name": self.name},
-            "spec": {
-                "schedulingPolicy": {"gang": {"minCount": self.pods}},
-                "schedulingConstraints": {"topology": [{"key": LEVEL_KEYS[self.level], "mode": "Required"}]},
-            },
-        }
+        return pod_group_manifest(
+            self.name, self.pods, namespace=None, topology=[(LEVEL_KEYS[self.level], "Required")]
+        )
 
     def pod_bodies(self, node_selector: Mapping[str, str] | None) -> list[Json]:
-        resources = {
-            "requests": {"cpu": "4", "memory": "16Gi", GPU: str(self.gpus)},
-            "limits": {GPU: str(self.gpus)},
-        }
-        bodies: list[Json] = []
-        for i in range(self.pods):
-            spec: Json = {
-                "schedulerName": "gangsched",
-                "restartPolicy": "Never",
-                "containers": [
-                    {"name": "train", "image": "registry.example/train:1", "resources": resources}
-                ],
-            }
-            if node_selector:
-                spec["nodeSelector"] = dict(node_selector)
-            bodies.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": f"{self.name}-{i}", "labels": {POD_GROUP_LABEL: self.name}},
-                    "spec": spec,
-                }
-            )
-        return bodies
+        return gang_manifests(
+            self.name,
+            self.pods,
+            namespace=None,
+            cpu="4",
+            memory="16Gi",
+            gpu=self.gpus,
+            container="train",
+            node_selector=node_selector,
+            spec={"restartPolicy": "Never"},
+        )
 
     def headline(self) -> str:
         return f"{self.name}: {self.pods} pods x {self.gpus} GPUs, Required {self.level} ({self.why})"

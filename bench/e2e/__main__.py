@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gangsched import devcluster
+from gangsched_testing import devcluster
 
 from . import metrics, report
 from .harness import Bench, Options

@@ -45,8 +45,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gangsched import devcluster, fakenodes
 from gangsched._rawapi import request_json
+from gangsched_testing import devcluster, fakenodes
 
 from . import oracle
 from .metrics import CpuSample, PodEvent, Recording

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gangsched.engine import schedule_groups
-from gangsched.fakenodes import node_manifests
-from gangsched.model import GroupRequest, Pod, TopologyConstraint, TopologyMode, parse_node, parse_pod
-from gangsched.snapshot import Snapshot
+from gangsched.engine import GroupRequest, Snapshot, schedule_groups
+from gangsched.model import Pod, TopologyConstraint, TopologyMode, parse_node, parse_pod
+from gangsched_testing.fakenodes import node_manifests
 
 from .workload import LEVEL_KEYS, Gang, Workload, node_set, pod_manifest
 

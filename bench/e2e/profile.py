@@ -22,13 +22,20 @@ _FRAME = re.compile(r"^(?P<func>.+?) \((?P<file>[^():]+)(?::\d+)?\)$")
 # The innermost frame matching a bucket decides; asyncio/threading frames count only when no
 # gangsched, kopf or HTTP frame is on the stack (event-loop overhead proper).
 BUCKETS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("engine: snapshot build", ("gangsched/snapshot.py:Snapshot.",)),
-    ("engine: placement", ("gangsched/engine.py:",)),
-    ("cache: parse/apply watch events", ("gangsched/cluster.py:", "gangsched/model.py:")),
-    ("loop: cycle bookkeeping", ("gangsched/scheduler.py:", "gangsched/status.py:")),
+    ("engine: snapshot build", ("gangsched/engine/snapshot.py:Snapshot.",)),
+    ("engine: placement", ("gangsched/engine/",)),
+    ("cache: parse/apply watch events", ("gangsched/cluster/", "gangsched/model/")),
+    ("loop: cycle bookkeeping", ("gangsched/loop/", "gangsched/status.py:")),
     (
         "binder: HTTP writes",
-        ("gangsched/binder.py:", "gangsched/_rawapi.py:", "urllib3/", "kubernetes/", "tenacity/"),
+        (
+            "gangsched/binder.py:",
+            "gangsched/transport.py:",
+            "gangsched/_rawapi.py:",
+            "urllib3/",
+            "kubernetes/",
+            "tenacity/",
+        ),
     ),
     ("kopf: watch streams and event dispatch", ("kopf/", "aiohttp/")),
 )

@@ -24,8 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from gangsched.fakenodes import NodeSet, TopologyKeys, TopologyShape, node_manifests
-from gangsched.model import POD_GROUP_LABEL
+from gangsched_testing import builders
+from gangsched_testing.builders import pod_group_manifest
+from gangsched_testing.fakenodes import NodeSet, TopologyKeys, TopologyShape, node_manifests
 
 Flavour = Literal["gangsched", "native"]
 Level = Literal["rack", "block"]
@@ -272,50 +273,33 @@ def group_manifest(gang: Gang, flavour: Flavour) -> Manifest | None:
     """
     if not gang.is_group:
         return None
-    policy = {"gang": {"minCount": gang.min_count}}
-    spec: Manifest = {"schedulingPolicy": policy}
     if flavour == "gangsched":
-        topology: list[dict[str, str]] = []
+        topology: list[tuple[str, str]] = []
         if gang.required is not None:
-            topology.append({"key": LEVEL_KEYS[gang.required], "mode": "Required"})
+            topology.append((LEVEL_KEYS[gang.required], "Required"))
         if gang.preferred_rack and gang.required != "rack":
-            topology.append({"key": RACK_KEY, "mode": "Preferred"})
-        if topology:
-            spec["schedulingConstraints"] = {"topology": topology}
-        api = GANGSCHED_API
-    else:
-        if gang.required is not None:
-            spec["schedulingConstraints"] = {"topology": [{"key": LEVEL_KEYS[gang.required]}]}
-        api = NATIVE_API
-    return {"apiVersion": api, "kind": "PodGroup", "metadata": {"name": gang.name}, "spec": spec}
+            topology.append((RACK_KEY, "Preferred"))
+        return pod_group_manifest(gang.name, gang.min_count, namespace=None, topology=topology)
+    spec: Manifest = {"schedulingPolicy": {"gang": {"minCount": gang.min_count}}}
+    if gang.required is not None:
+        spec["schedulingConstraints"] = {"topology": [{"key": LEVEL_KEYS[gang.required]}]}
+    return {"apiVersion": NATIVE_API, "kind": "PodGroup", "metadata": {"name": gang.name}, "spec": spec}
 
 
 def pod_manifest(gang: Gang, pod: PodShape, flavour: Flavour, *, pool: str) -> Manifest:
-    requests: dict[str, str] = {"cpu": str(pod.cpu), "memory": f"{pod.memory_gi}Gi"}
-    limits: dict[str, str] = {}
-    if pod.gpus:
-        requests[GPU] = limits[GPU] = str(pod.gpus)
-    labels = {GANG_LABEL: gang.name}
-    spec: Manifest = {
-        "schedulerName": SCHEDULER_NAMES[flavour],
-        "nodeSelector": {POOL_LABEL: pool},
-        "terminationGracePeriodSeconds": 0,
-        "containers": [
-            {
-                "name": "main",
-                "image": "registry.example/train:1",
-                "resources": {"requests": requests, **({"limits": limits} if limits else {})},
-            }
-        ],
-    }
-    if gang.is_group:
-        if flavour == "gangsched":
-            labels[POD_GROUP_LABEL] = gang.name
-        else:
-            spec["schedulingGroup"] = {"podGroupName": gang.name}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": gang.pod_name(pod), "labels": labels},
-        "spec": spec,
-    }
+    native = flavour == "native" and gang.is_group
+    return builders.pod_manifest(
+        gang.pod_name(pod),
+        gang.name if flavour == "gangsched" and gang.is_group else None,
+        namespace=None,
+        cpu=str(pod.cpu),
+        memory=f"{pod.memory_gi}Gi",
+        gpu=pod.gpus,
+        scheduler=SCHEDULER_NAMES[flavour],
+        node_selector={POOL_LABEL: pool},
+        labels={GANG_LABEL: gang.name},
+        spec={
+            "terminationGracePeriodSeconds": 0,
+            **({"schedulingGroup": {"podGroupName": gang.name}} if native else {}),
+        },
+    )

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlencode
 
-import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -72,22 +71,3 @@ def list_items(
         token = (answer.get("metadata") or {}).get("continue") or ""
         if not token:
             return items
-
-
-def open_stream(
-    api: client.ApiClient, path: str, *, query: Mapping[str, str | int | bool] | None = None
-) -> urllib3.BaseHTTPResponse:
-    """GET `path` and return the unread response, for watches: iterate it for lines.
-
-    Another thread may call ``shutdown()`` on it to end a blocked read at once.
-    """
-    request = api.param_serialize(
-        "GET", _url(path, query), header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
-    )
-    rest_response = api.call_api(*request)
-    response: urllib3.BaseHTTPResponse = rest_response.response
-    if not 200 <= response.status <= 299:
-        rest_response.read()  # type: ignore[no-untyped-call]
-        response.release_conn()
-        raise ApiException.from_response(http_resp=rest_response, body=None, data=None)
-    return response

@@ -1,9 +1,9 @@
-"""Writes: Bindings, PodGroup status, Events, rollback deletions.
+"""Writes, and only writes: Bindings, PodGroup status, Events, rollback deletions.
 
-Requests are built by pure functions (`binding_body`, `event_body`, ...) and sent by
-`Binder` through the blocking `kubernetes` client on a bounded thread pool, so the event
-loop never blocks. Transient failures (429, 5xx, timeouts) are retried with tenacity,
-honouring Retry-After; conflicts are reported, never retried blindly.
+Requests are built by pure functions (`binding_body`, `event_body`, ...) and sent through
+the shared `Transport` (bounded, retried on transient failures). Conflicts are reported as
+outcomes, never retried blindly. Reads live next to the cache (`cluster.live`); decisions in
+the loop: the binder neither reads nor decides.
 """
 
 from __future__ import annotations
@@ -13,29 +13,18 @@ import enum
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
-import urllib3
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential_jitter,
-)
 
-from gangsched._rawapi import MERGE_PATCH, list_items, request_json
-from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, TERMINAL_PHASES, VERSION, Pod
+from gangsched._rawapi import MERGE_PATCH
+from gangsched.model import GROUP, PLURAL, VERSION, Pod
+from gangsched.transport import Transport, error_message
 
 log = logging.getLogger(__name__)
 
-TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 COMPONENT = "gangsched"
 
 
@@ -117,97 +106,34 @@ def pod_group_ref(namespace: str, name: str, uid: str) -> dict[str, str]:
     }
 
 
-# --------------------------------------------------------------------------- retries
-
-
-def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, ApiException):
-        return exc.status in TRANSIENT_STATUS
-    return isinstance(exc, urllib3.exceptions.HTTPError | TimeoutError | ConnectionError)
-
-
-_backoff = wait_exponential_jitter(multiplier=0.2, max=5.0)
-
-
-def _retry_after(exc: BaseException | None) -> float:
-    """The server's Retry-After (capped at 30 s), or 0."""
-    if isinstance(exc, ApiException) and exc.headers:
-        retry_after = exc.headers.get("Retry-After")
-        if retry_after and retry_after.isdigit():
-            return min(float(retry_after), 30.0)
-    return 0.0
-
-
-def _wait(state: RetryCallState) -> float:
-    """Exponential backoff, or the server's Retry-After when it asks for longer."""
-    outcome = state.outcome
-    return max(float(_backoff(state)), _retry_after(outcome.exception() if outcome is not None else None))
-
-
 class Binder:
-    """Sends writes with bounded concurrency; every method is safe to call from the event loop."""
+    """Sends writes through `transport`; every method is safe to call from the event loop."""
 
     def __init__(
-        self,
-        *,
-        api: client.ApiClient,
-        concurrency: int = 32,
-        attempts: int = 5,
-        bind_delay_seconds: float = 0.0,
-        instance: str | None = None,
+        self, *, transport: Transport, bind_delay_seconds: float = 0.0, instance: str | None = None
     ) -> None:
-        self.api = api
-        # Fault injection for tests (GANGSCHED_FAULT_BIND_DELAY_SECONDS): slow binds down so a
-        # test can act while a gang is half bound.
+        self.transport = transport
+        # Fault injection for tests (`Faults.bind_delay_seconds`): slow binds down so a test
+        # can act while a gang is half bound.
         self.bind_delay_seconds = bind_delay_seconds
-        self.concurrency = concurrency
-        self.attempts = attempts
         # Who wrote an Event (its reportingInstance): the pod name in a Deployment.
         self.instance = instance or f"{COMPONENT}-{uuid.uuid4().hex[:8]}"
-        self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gangsched-api")
-        self._slots = asyncio.Semaphore(concurrency)
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
-    async def _call(self, method: str, path: str, *, delay: float = 0.0, **kwargs: Any) -> Any:
-        """One request with retries on transient failures; raises ApiException otherwise."""
-        loop = asyncio.get_running_loop()
-        async with self._slots:
-            if delay:
-                await asyncio.sleep(delay)
-            send = partial(request_json, self.api, method, path, **kwargs)
-            try:  # the common case, without building a retry machine per request
-                return await loop.run_in_executor(self._executor, send)
-            except Exception as exc:
-                if not _transient(exc) or self.attempts <= 1:
-                    raise
-                first = exc
-            log.debug("%s %s: %s; retrying", method, path, first)
-            await asyncio.sleep(max(0.2, _retry_after(first)))
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception(_transient),
-                stop=stop_after_attempt(self.attempts - 1),
-                wait=_wait,
-                reraise=True,
-            ):
-                with attempt:
-                    return await loop.run_in_executor(self._executor, send)
-        raise AssertionError("unreachable")  # pragma: no cover
 
     # ------------------------------------------------------------------ bindings
 
     async def bind(self, pod: Pod, node: str) -> BindResult:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
         try:
-            await self._call("POST", path, body=binding_body(pod, node), delay=self.bind_delay_seconds)
+            await self.transport.call(
+                "POST", path, body=binding_body(pod, node), delay=self.bind_delay_seconds
+            )
         except ApiException as exc:
             if exc.status == 409:
-                log.warning("binding %s/%s: conflict: %s", pod.namespace, pod.name, _reason(exc))
-                return BindResult(pod, node, BindOutcome.CONFLICT, _reason(exc))
+                log.warning("binding %s/%s: conflict: %s", pod.namespace, pod.name, error_message(exc))
+                return BindResult(pod, node, BindOutcome.CONFLICT, error_message(exc))
             if exc.status == 404:
-                return BindResult(pod, node, BindOutcome.GONE, _reason(exc))
-            return BindResult(pod, node, BindOutcome.FAILED, _reason(exc))
+                return BindResult(pod, node, BindOutcome.GONE, error_message(exc))
+            return BindResult(pod, node, BindOutcome.FAILED, error_message(exc))
         except Exception as exc:  # transport errors after the retries
             return BindResult(pod, node, BindOutcome.FAILED, f"{type(exc).__name__}: {exc}")
         return BindResult(pod, node, BindOutcome.BOUND)
@@ -215,40 +141,19 @@ class Binder:
     async def bind_all(self, assignments: Sequence[tuple[Pod, str]]) -> list[BindResult]:
         return list(await asyncio.gather(*(self.bind(pod, node) for pod, node in assignments)))
 
-    async def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        """A live (quorum) read, for when the cache cannot be trusted."""
-        try:
-            result: Mapping[str, Any] = await self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return result
-
-    async def finished_members(self, scheduler_name: str) -> list[Mapping[str, Any]]:
-        """Finished pods of our PodGroups (the pod watch does not carry finished pods)."""
-        loop = asyncio.get_running_loop()
-        out: list[Mapping[str, Any]] = []
-        for phase in sorted(TERMINAL_PHASES):
-            query: dict[str, str | int | bool] = {
-                "fieldSelector": f"spec.schedulerName={scheduler_name},status.phase={phase}",
-                "labelSelector": POD_GROUP_LABEL,
-            }
-            async with self._slots:
-                out += await loop.run_in_executor(
-                    self._executor, partial(list_items, self.api, "/api/v1/pods", query=query)
-                )
-        return out
-
     async def delete_pod(self, pod: Pod, *, reason: str) -> bool:
         """Delete a pod (its controller recreates it), only if it is still the same pod."""
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": pod.uid}}
         try:
-            await self._call("DELETE", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", body=body)
+            await self.transport.call(
+                "DELETE", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", body=body
+            )
         except ApiException as exc:
             if exc.status in (404, 409):
                 return False
-            log.warning("could not delete pod %s/%s (%s): %s", pod.namespace, pod.name, reason, _reason(exc))
+            log.warning(
+                "could not delete pod %s/%s (%s): %s", pod.namespace, pod.name, reason, error_message(exc)
+            )
             return False
         return True
 
@@ -260,7 +165,9 @@ class Binder:
         """Merge-patch the status subresource; returns the new resourceVersion (None if the group is gone)."""
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
         try:
-            result = await self._call("PATCH", path, body={"status": dict(status)}, content_type=MERGE_PATCH)
+            result = await self.transport.call(
+                "PATCH", path, body={"status": dict(status)}, content_type=MERGE_PATCH
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -273,20 +180,8 @@ class Binder:
             involved=involved, event_type=event_type, reason=reason, message=message, instance=self.instance
         )
         try:
-            await self._call("POST", f"/api/v1/namespaces/{involved['namespace']}/events", body=body)
+            await self.transport.call("POST", f"/api/v1/namespaces/{involved['namespace']}/events", body=body)
         except Exception as exc:
             log.warning(
                 "could not post event %s on %s/%s: %s", reason, involved["namespace"], involved["name"], exc
             )
-
-
-def _reason(exc: ApiException) -> str:
-    body = exc.body
-    if isinstance(body, bytes | str):
-        import json
-
-        try:
-            return str(json.loads(body).get("message") or exc.reason)
-        except (ValueError, AttributeError):
-            pass
-    return f"{exc.status} {exc.reason}"

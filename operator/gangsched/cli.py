@@ -105,6 +105,21 @@ def simulate(paths: tuple[Path, ...], output: str, scheduler_name: str) -> None:
 @click.option("--lease-duration", type=float, default=8.0, show_default=True)
 @click.option("--renew-deadline", type=float, default=6.0, show_default=True)
 @click.option("--retry-period", type=float, default=2.0, show_default=True)
+# Fault injection for tests only (hidden): see gangsched.loop.config.Faults.
+@click.option(
+    "--fault-bind-delay-seconds",
+    type=float,
+    default=0.0,
+    hidden=True,
+    envvar="GANGSCHED_FAULT_BIND_DELAY_SECONDS",
+)
+@click.option(
+    "--fault-watch-delay-seconds",
+    type=float,
+    default=0.0,
+    hidden=True,
+    envvar="GANGSCHED_FAULT_WATCH_DELAY_SECONDS",
+)
 def run(
     namespaces: tuple[str, ...],
     all_namespaces: bool,
@@ -122,12 +137,14 @@ def run(
     lease_duration: float,
     renew_deadline: float,
     retry_period: float,
+    fault_bind_delay_seconds: float,
+    fault_watch_delay_seconds: float,
 ) -> None:
     """Run the scheduler: watch PodGroups, Pods and Nodes; place gangs; bind them."""
     from gangsched.leader import LeaseConfig, default_identity
+    from gangsched.loop import Faults, SchedulerConfig
     from gangsched.runtime import RunOptions
     from gangsched.runtime import run as run_operator
-    from gangsched.scheduler import SchedulerConfig
 
     if namespaces and all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces are exclusive")
@@ -151,6 +168,9 @@ def run(
             scheduler_name=scheduler_name,
             namespaces=frozenset(namespaces) if namespaces else None,
             pod_events=pod_events,
+            faults=Faults(
+                bind_delay_seconds=fault_bind_delay_seconds, watch_delay_seconds=fault_watch_delay_seconds
+            ),
         ),
         kubeconfig=kubeconfig,
         liveness_port=liveness_port or None,

@@ -1,73 +1,104 @@
-"""Prometheus metrics in the text exposition format, served on `--metrics-port`.
+"""Prometheus metrics (prometheus-client), served on `--metrics-port` at /metrics.
 
-A handful of counters and gauges need no client library: this keeps the image small and
-the names stable. Gauges are read at scrape time from callbacks, never kept in sync by hand.
+What an operator of kube-scheduler looks for, under `gangsched_*` names: how long a gang
+waits from its last pod created to its last pod bound (like
+`scheduler_pod_scheduling_sli_duration_seconds`), how long the engine takes per cycle,
+pending gangs by reason, bind outcomes, rollbacks, and how far the cache lags behind our own
+writes. Each operator has its own registry (tests run several in one process); gauges that
+mirror the cache are read at scrape time from callbacks, never kept in sync by hand.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable, Iterator
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
-Labels = tuple[tuple[str, str], ...]
+from gangsched.model import Reason
+
+# Seconds: a gang of a few pods binds in tens of ms, a big one behind a busy queue in minutes.
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+_ENGINE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
-@dataclass(slots=True)
+class _Callbacks(Collector):
+    """Gauges read at scrape time."""
+
+    def __init__(self) -> None:
+        self.gauges: dict[str, tuple[str, Callable[[], float]]] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        for name, (help_text, read) in sorted(self.gauges.items()):
+            yield GaugeMetricFamily(name, help_text, value=float(read()))
+
+
 class Metrics:
-    cycles: int = 0
-    engine_seconds_sum: float = 0.0
-    engine_seconds_count: int = 0
-    decisions: Counter[str] = field(default_factory=Counter)  # by reason
-    binds: Counter[str] = field(default_factory=Counter)  # by outcome
-    rollbacks: int = 0
-    gauges: dict[str, tuple[str, Callable[[], float]]] = field(default_factory=dict)
+    """The operator's metrics; `render()` gives the text exposition."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.cycles = Counter("gangsched_cycles", "Scheduling cycles run.", registry=r)
+        self.engine_seconds = Histogram(
+            "gangsched_engine_cycle_duration_seconds",
+            "Time the placement engine took per cycle.",
+            buckets=_ENGINE_BUCKETS,
+            registry=r,
+        )
+        self.decisions = Counter(
+            "gangsched_decisions",
+            "Group decisions by reason (Scheduled, Unschedulable, WaitingForPods, PodGroupNotFound).",
+            ["reason"],
+            registry=r,
+        )
+        self.pending_groups = Gauge(
+            "gangsched_pending_groups",
+            "Groups decided but not placed in the last cycle, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.binds = Counter(
+            "gangsched_binds",
+            "Pod bindings by outcome (Bound, Conflict, Gone, Failed).",
+            ["outcome"],
+            registry=r,
+        )
+        self.rollbacks = Counter(
+            "gangsched_rollbacks", "Partial gangs rolled back after their timeout.", registry=r
+        )
+        self.gang_latency = Histogram(
+            "gangsched_gang_scheduling_duration_seconds",
+            "From a group's last pod created to its last pod bound "
+            "(as kube-scheduler's scheduler_pod_scheduling_sli_duration_seconds).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.cache_lag = Histogram(
+            "gangsched_cache_write_lag_seconds",
+            "From a binding we sent to the watch showing that pod bound.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._callbacks = _Callbacks()
+        r.register(self._callbacks)
 
     def gauge(self, name: str, help_text: str, read: Callable[[], float]) -> None:
-        self.gauges[name] = (help_text, read)
+        """A gauge whose value is `read()` at scrape time."""
+        self._callbacks.gauges[name] = (help_text, read)
+
+    def cycle_done(self, reasons: Iterable[Reason]) -> None:
+        """Record the unplaced groups of one cycle by reason (every reason seen stays exported)."""
+        tally = Tally(reasons)
+        for reason in Reason:
+            if reason is not Reason.SCHEDULED:
+                self.pending_groups.labels(reason=reason.value).set(tally.get(reason, 0))
 
     def render(self) -> str:
-        lines: list[str] = []
-
-        def metric(name: str, kind: str, help_text: str, samples: list[tuple[Labels, float]]) -> None:
-            lines.append(f"# HELP {name} {help_text}")
-            lines.append(f"# TYPE {name} {kind}")
-            for labels, value in samples:
-                rendered = ",".join(f'{k}="{v}"' for k, v in labels)
-                lines.append(f"{name}{{{rendered}}} {value:g}" if rendered else f"{name} {value:g}")
-
-        metric("gangsched_cycles_total", "counter", "Scheduling cycles run.", [((), self.cycles)])
-        metric(
-            "gangsched_engine_seconds",
-            "summary",
-            "Time the placement engine took per cycle.",
-            [],
-        )
-        lines.append(f"gangsched_engine_seconds_sum {self.engine_seconds_sum:g}")
-        lines.append(f"gangsched_engine_seconds_count {self.engine_seconds_count}")
-        metric(
-            "gangsched_decisions_total",
-            "counter",
-            "Group decisions by reason (Scheduled, Unschedulable, WaitingForPods, PodGroupNotFound).",
-            [((("reason", r),), n) for r, n in sorted(self.decisions.items())],
-        )
-        metric(
-            "gangsched_binds_total",
-            "counter",
-            "Pod bindings by outcome (Bound, Conflict, Gone, Failed).",
-            [((("outcome", o),), n) for o, n in sorted(self.binds.items())],
-        )
-        metric(
-            "gangsched_rollbacks_total",
-            "counter",
-            "Partial gangs rolled back after their timeout.",
-            [((), self.rollbacks)],
-        )
-        for name, (help_text, read) in sorted(self.gauges.items()):
-            metric(name, "gauge", help_text, [((), float(read()))])
-        return "\n".join(lines) + "\n"
+        return generate_latest(self.registry).decode()
 
 
 async def serve(metrics: Metrics, *, port: int, host: str = "0.0.0.0") -> web.AppRunner:

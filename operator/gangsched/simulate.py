@@ -23,6 +23,7 @@ from gangsched.model import (
     Node,
     Pod,
     PodGroup,
+    PriorityClasses,
     parse_node,
     parse_pod,
     parse_pod_group,
@@ -100,8 +101,7 @@ def _name_of(obj: Mapping[str, Any]) -> str:
 def load(paths: Sequence[Path]) -> Inputs:
     """Read every object; PriorityClasses are resolved before the objects that name them."""
     raw: list[tuple[str, Mapping[str, Any]]] = []
-    priorities: dict[str, int] = {}
-    default_priority = 0
+    priorities = PriorityClasses()
     inputs = Inputs()
     for path in _files(paths):
         for index, doc in _documents(path):
@@ -110,10 +110,7 @@ def load(paths: Sequence[Path]) -> Inputs:
                 for obj in _objects(doc):
                     kind = obj.get("kind")
                     if kind == "PriorityClass":
-                        pc = parse_priority_class(obj)
-                        priorities[pc.name] = pc.value
-                        if pc.global_default:
-                            default_priority = pc.value
+                        priorities.set(parse_priority_class(obj))
                     elif kind in ("Node", "Pod") or (
                         kind == "PodGroup" and str(obj.get("apiVersion", "")).startswith(GROUP + "/")
                     ):
@@ -124,8 +121,6 @@ def load(paths: Sequence[Path]) -> Inputs:
                 raise InputError(f"{where}: {exc}") from None
             except (TypeError, AttributeError, ValueError) as exc:  # a shape the parsers did not foresee
                 raise InputError(f"{where}: malformed object: {exc}") from None
-    resolved = dict(priorities)
-    resolved[""] = default_priority
     # The same object twice would silently double a node or a pod: say where the first one was.
     seen: dict[tuple[str, str, str], str] = {}
     for where, obj in raw:
@@ -136,7 +131,7 @@ def load(paths: Sequence[Path]) -> Inputs:
                 key = (kind, "", node.name)
                 inputs.nodes.append(node)
             elif kind == "Pod":
-                pod = parse_pod(obj, priorities=resolved)
+                pod = parse_pod(obj, priorities=priorities)
                 key = (kind, *pod.key)
                 inputs.pods.append(pod)
             else:

@@ -9,17 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gangsched.model import Pod, PodGroup
+from gangsched.model import Phase, Pod, PodGroup, Reason
 
 CONDITION = "PodGroupScheduled"
-
-PENDING = "Pending"
-SCHEDULING = "Scheduling"
-SCHEDULED = "Scheduled"
-RUNNING = "Running"
-SUCCEEDED = "Succeeded"
-FAILED = "Failed"
-UNSCHEDULABLE = "Unschedulable"
 
 
 @dataclass(slots=True, frozen=True)
@@ -50,44 +42,44 @@ class Counts:
 class Verdict:
     """The scheduler's latest word on a group (None fields: nothing decided yet)."""
 
-    reason: str | None = None  # Scheduled, Unschedulable, WaitingForPods, SchedulerError, Timeout
+    reason: Reason | None = None
     message: str = ""
     binding: bool = False
     domain: str | None = None
 
 
-def phase_of(group: PodGroup, counts: Counts, verdict: Verdict) -> str:
+def phase_of(group: PodGroup, counts: Counts, verdict: Verdict) -> Phase:
     if group.spec is None:
-        return UNSCHEDULABLE
+        return Phase.UNSCHEDULABLE
     quorum = group.spec.min_count
     if counts.pods and counts.failed and counts.pods - counts.failed < quorum:
-        return FAILED
+        return Phase.FAILED
     if counts.pods and counts.succeeded >= quorum and counts.active == 0 and counts.pending == 0:
-        return SUCCEEDED if counts.failed == 0 else FAILED
+        return Phase.SUCCEEDED if counts.failed == 0 else Phase.FAILED
     if counts.running > 0 and counts.running + counts.succeeded >= quorum:
-        return RUNNING  # finishing members do not turn a running gang back to Scheduled
+        return Phase.RUNNING  # finishing members do not turn a running gang back to Scheduled
     if counts.active + counts.succeeded >= quorum:
-        return SCHEDULED
+        return Phase.SCHEDULED
     if verdict.binding or counts.active > 0:
-        return SCHEDULING
-    if verdict.reason in ("Unschedulable", "Timeout", "SchedulerError"):
-        return UNSCHEDULABLE
-    return PENDING
+        return Phase.SCHEDULING
+    if verdict.reason in (Reason.UNSCHEDULABLE, Reason.TIMEOUT):
+        return Phase.UNSCHEDULABLE
+    return Phase.PENDING
 
 
 def condition_of(group: PodGroup, counts: Counts, verdict: Verdict) -> tuple[str, str, str]:
     """(status, reason, message) of the PodGroupScheduled condition."""
     if group.spec is None:
-        return "False", "Unschedulable", f"invalid PodGroup: {group.spec_error}"
+        return "False", Reason.UNSCHEDULABLE, f"invalid PodGroup: {group.spec_error}"
     quorum = group.spec.min_count
     if counts.scheduled >= quorum:
-        message = verdict.message if verdict.reason == "Scheduled" and verdict.message else ""
-        return "True", "Scheduled", message or f"{counts.scheduled}/{counts.pods} pods scheduled"
-    if verdict.reason in (None, "WaitingForPods"):
+        message = verdict.message if verdict.reason == Reason.SCHEDULED and verdict.message else ""
+        return "True", Reason.SCHEDULED, message or f"{counts.scheduled}/{counts.pods} pods scheduled"
+    if verdict.reason in (None, Reason.WAITING_FOR_PODS):
         # Recomputed from the counts: the verdict's copy may be a pod or two behind.
-        return "False", "WaitingForPods", f"waiting for pods: {counts.pods}/{quorum} of minCount exist"
-    if verdict.reason == "Scheduled":
-        return "False", "Scheduled", verdict.message
+        return "False", Reason.WAITING_FOR_PODS, f"waiting for pods: {counts.pods}/{quorum} of minCount exist"
+    if verdict.reason == Reason.SCHEDULED:
+        return "False", Reason.SCHEDULED, verdict.message
     return "False", verdict.reason, verdict.message
 
 

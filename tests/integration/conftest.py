@@ -1,4 +1,4 @@
-"""Fixtures for tests against a real kube-apiserver v1.36.3 and etcd (gangsched.devcluster).
+"""Fixtures for tests against a real kube-apiserver v1.36.3 and etcd (gangsched_testing.devcluster).
 
 One control plane serves the whole session (starting one takes a few seconds); each test
 gets its own namespace, and any fake nodes it makes are deleted after it.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from gangsched import devcluster, fakenodes
+from gangsched_testing import devcluster, fakenodes
 
 _HERE = Path(__file__).parent
 

@@ -1,7 +1,9 @@
 """Running `gangsched run` against the test control plane, and small API helpers.
 
 The operator runs as a real subprocess (so a test can kill it mid-binding), with the
-admin kubeconfig unless a test passes another one.
+admin kubeconfig unless a test passes another one. Objects come from
+gangsched_testing.builders; `create_pods` and `create_pod_group` put them in the test's
+namespace.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes import client
 
-from gangsched import devcluster
 from gangsched._rawapi import request_json
 from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
+from gangsched_testing import devcluster
 
 T = TypeVar("T")
 CRD = Path(__file__).resolve().parents[2] / "crds" / "podgroup.yaml"
@@ -64,28 +66,18 @@ def wait_until(
 # --------------------------------------------------------------------------- objects
 
 
-def pod_group_body(
-    name: str,
-    min_count: int | None,
-    *,
-    topology: list[tuple[str, str]] | None = None,
-    timeout: int | None = None,
-    priority: int | None = None,
-) -> dict[str, Any]:
-    policy: dict[str, Any] = {"gang": {"minCount": min_count}} if min_count else {"basic": {}}
-    spec: dict[str, Any] = {"schedulingPolicy": policy}
-    if topology:
-        spec["schedulingConstraints"] = {"topology": [{"key": k, "mode": m} for k, m in topology]}
-    if timeout:
-        spec["scheduleTimeoutSeconds"] = timeout
-    if priority is not None:
-        spec["priority"] = priority
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PodGroup", "metadata": {"name": name}, "spec": spec}
+def in_namespace(body: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """`body` placed in `namespace` (the builders default to another), as `kubectl -n` would."""
+    return {**body, "metadata": {**body["metadata"], "namespace": namespace}}
 
 
 def create_pod_group(api: client.ApiClient, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """Create the PodGroup `body` in `namespace`."""
     result: dict[str, Any] = request_json(
-        api, "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}", body=dict(body)
+        api,
+        "POST",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}",
+        body=in_namespace(body, namespace),
     )
     return result
 
@@ -97,38 +89,10 @@ def get_pod_group(api: client.ApiClient, namespace: str, name: str) -> dict[str,
     return result
 
 
-def pod_body(
-    name: str,
-    group: str | None,
-    *,
-    gpu: int = 0,
-    cpu: str = "1",
-    scheduler: str = "gangsched",
-    node_selector: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    resources: dict[str, Any] = {"requests": {"cpu": cpu, "memory": "1Gi"}}
-    if gpu:
-        resources["requests"]["nvidia.com/gpu"] = str(gpu)
-        resources["limits"] = {"nvidia.com/gpu": str(gpu)}
-    meta: dict[str, Any] = {"name": name}
-    if group:
-        meta["labels"] = {POD_GROUP_LABEL: group}
-    spec: dict[str, Any] = {
-        "schedulerName": scheduler,
-        "containers": [{"name": "main", "image": "registry.example/train:1", "resources": resources}],
-    }
-    if node_selector:
-        spec["nodeSelector"] = dict(node_selector)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
-
-
 def create_pods(api: client.ApiClient, namespace: str, bodies: list[dict[str, Any]]) -> None:
+    """Create the pods `bodies` in `namespace`."""
     for body in bodies:
-        request_json(api, "POST", f"/api/v1/namespaces/{namespace}/pods", body=body)
-
-
-def gang(name: str, size: int, **kwargs: Any) -> list[dict[str, Any]]:
-    return [pod_body(f"{name}-{i}", name, **kwargs) for i in range(size)]
+        request_json(api, "POST", f"/api/v1/namespaces/{namespace}/pods", body=in_namespace(body, namespace))
 
 
 def list_pods(api: client.ApiClient, namespace: str, group: str | None = None) -> list[dict[str, Any]]:
@@ -148,6 +112,16 @@ def bound_nodes(api: client.ApiClient, namespace: str, group: str) -> dict[str, 
         for p in list_pods(api, namespace, group)
         if p["spec"].get("nodeName")
     }
+
+
+def all_bound(api: client.ApiClient, namespace: str, group: str, size: int) -> Callable[[], dict[str, str]]:
+    """For wait_until: pod -> node once all `size` pods of `group` are bound, else {}."""
+
+    def check() -> dict[str, str]:
+        nodes = bound_nodes(api, namespace, group)
+        return nodes if len(nodes) == size else {}
+
+    return check
 
 
 def events(api: client.ApiClient, namespace: str, *, name: str | None = None) -> list[dict[str, Any]]:

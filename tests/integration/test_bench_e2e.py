@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gangsched import devcluster
+from gangsched_testing import devcluster
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # `pytest` without `python -m` does not put the repo root there

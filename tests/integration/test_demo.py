@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 from operator_support import Operator, operator_factory
 
-from gangsched import fakenodes
+from gangsched_testing import fakenodes
 
 pytestmark = pytest.mark.integration
 __all__ = ["operator_factory"]  # the fixture, re-exported for pytest

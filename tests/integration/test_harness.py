@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from gangsched import devcluster, fakenodes
 from gangsched._rawapi import request_json
+from gangsched_testing import devcluster, fakenodes
 
 pytestmark = pytest.mark.integration
 

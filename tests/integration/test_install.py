@@ -25,22 +25,21 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_support import (
     Operator,
-    bound_nodes,
+    all_bound,
     create_pod_group,
     create_pods,
     events,
     free_port,
-    gang,
     get_pod_group,
     list_pods,
     operator_factory,
-    pod_group_body,
     wait_until,
 )
 
-from gangsched import devcluster, fakenodes
 from gangsched._rawapi import request_json
 from gangsched.model import GROUP, PLURAL, VERSION
+from gangsched_testing import devcluster, fakenodes
+from gangsched_testing.builders import gang_manifests, pod_group_manifest
 
 pytestmark = pytest.mark.integration
 __all__ = ["operator_factory"]  # the fixture, re-exported for pytest
@@ -119,16 +118,6 @@ def apply(api: client.ApiClient, paths: Paths, body: Body) -> Body:
         content_type=APPLY_PATCH,
     )
     return result
-
-
-def all_bound(api: client.ApiClient, namespace: str, group: str, size: int) -> Callable[[], dict[str, str]]:
-    """For wait_until: pod -> node once all `size` pods of `group` are bound, else {}."""
-
-    def check() -> dict[str, str]:
-        nodes = bound_nodes(api, namespace, group)
-        return nodes if len(nodes) == size else {}
-
-    return check
 
 
 def crd_established(api: client.ApiClient, name: str) -> bool:
@@ -288,10 +277,11 @@ def test_operator_schedules_with_only_its_service_account(
     try:
         # A gang of 4 in one rack, with a PriorityClass: list/watch of every kind, bindings,
         # status patches and Events.
-        body = pod_group_body("train", 4, topology=[(RACK, "Required")], timeout=3)
-        body["spec"]["priorityClassName"] = priority_class
+        body = pod_group_manifest(
+            "train", 4, topology=[(RACK, "Required")], timeout=3, priority_class=priority_class
+        )
         create_pod_group(admin_api, namespace, body)
-        create_pods(admin_api, namespace, gang("train", 4, gpu=4))
+        create_pods(admin_api, namespace, gang_manifests("train", 4, gpu=4))
         placed = wait_until(all_bound(admin_api, namespace, "train", 4), what="the gang to be bound")
         racks = {
             request_json(admin_api, "GET", f"/api/v1/nodes/{node}")["metadata"]["labels"][RACK]

@@ -15,14 +15,13 @@ from operator_support import (
     create_pod_group,
     create_pods,
     events,
-    gang,
     operator_factory,
-    pod_group_body,
     wait_until,
 )
 
-from gangsched import fakenodes
 from gangsched._rawapi import request_json
+from gangsched_testing import fakenodes
+from gangsched_testing.builders import gang_manifests, pod_group_manifest
 
 pytestmark = pytest.mark.integration
 __all__ = ["operator_factory"]
@@ -63,8 +62,8 @@ def test_one_leader_schedules_and_the_standby_takes_over(
     second = operator_factory(*lease, wait=False, env={"POD_NAME": "replica-2"})
     wait_until(lambda: second.health() is not None, timeout=30, what="the second replica to start")
 
-    create_pod_group(admin_api, namespace, pod_group_body("a", 2))
-    create_pods(admin_api, namespace, gang("a", 2, gpu=8))
+    create_pod_group(admin_api, namespace, pod_group_manifest("a", 2))
+    create_pods(admin_api, namespace, gang_manifests("a", 2, gpu=8))
     wait_until(lambda: len(bound_nodes(admin_api, namespace, "a")) == 2, what="gang a bound by the leader")
     time.sleep(1.0)
     # Every write came from the leader: the standby never decided, bound or reported.
@@ -73,8 +72,8 @@ def test_one_leader_schedules_and_the_standby_takes_over(
 
     first.kill()
     died = time.monotonic()
-    create_pod_group(admin_api, namespace, pod_group_body("b", 2))
-    create_pods(admin_api, namespace, gang("b", 2, gpu=8))
+    create_pod_group(admin_api, namespace, pod_group_manifest("b", 2))
+    create_pods(admin_api, namespace, gang_manifests("b", 2, gpu=8))
     wait_until(
         lambda: len(bound_nodes(admin_api, namespace, "b")) == 2, timeout=45, what="gang b after failover"
     )

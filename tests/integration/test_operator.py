@@ -11,22 +11,21 @@ import pytest
 from kubernetes import client
 from operator_support import (
     Operator,
+    all_bound,
     bound_nodes,
     condition,
     create_pod_group,
     create_pods,
     events,
-    gang,
     get_pod_group,
     list_pods,
     operator_factory,
-    pod_body,
-    pod_group_body,
     wait_until,
 )
 
-from gangsched import fakenodes
 from gangsched._rawapi import request_json
+from gangsched_testing import fakenodes
+from gangsched_testing.builders import gang_manifests, pod_group_manifest, pod_manifest
 
 pytestmark = pytest.mark.integration
 __all__ = ["operator_factory"]  # the fixture, re-exported for pytest
@@ -57,14 +56,6 @@ def node_labels(api: client.ApiClient, names: list[str]) -> dict[str, dict[str, 
     return out
 
 
-def all_bound(api: client.ApiClient, namespace: str, group: str, size: int) -> Callable[[], dict[str, str]]:
-    def check() -> dict[str, str]:
-        nodes = bound_nodes(api, namespace, group)
-        return nodes if len(nodes) == size else {}
-
-    return check
-
-
 def test_gang_of_eight_lands_in_one_rack(
     admin_api: client.ApiClient,
     namespace: str,
@@ -75,9 +66,11 @@ def test_gang_of_eight_lands_in_one_rack(
     names = gpu_nodes(fake_nodes, blocks=2, racks=2, hosts=4)
     operator_factory()
     create_pod_group(
-        admin_api, namespace, pod_group_body("train", 8, topology=[(BLOCK, "Required"), (RACK, "Preferred")])
+        admin_api,
+        namespace,
+        pod_group_manifest("train", 8, topology=[(BLOCK, "Required"), (RACK, "Preferred")]),
     )
-    create_pods(admin_api, namespace, gang("train", 8, gpu=4))
+    create_pods(admin_api, namespace, gang_manifests("train", 8, gpu=4))
     placed = wait_until(all_bound(admin_api, namespace, "train", 8), what="8 pods bound")
     labels = node_labels(admin_api, names)
     assert len({labels[n][RACK] for n in placed.values()}) == 1
@@ -123,8 +116,8 @@ def test_gang_that_cannot_fit_waits_whole_then_schedules_when_a_node_arrives(
 ) -> None:
     gpu_nodes(fake_nodes, blocks=1, racks=1, hosts=3)
     operator_factory()
-    create_pod_group(admin_api, namespace, pod_group_body("big", 4))
-    create_pods(admin_api, namespace, gang("big", 4, gpu=8))
+    create_pod_group(admin_api, namespace, pod_group_manifest("big", 4))
+    create_pods(admin_api, namespace, gang_manifests("big", 4, gpu=8))
     pg = wait_until(
         lambda: (
             condition(g := get_pod_group(admin_api, namespace, "big")).get("reason") == "Unschedulable" and g
@@ -153,9 +146,9 @@ def test_two_competing_gangs_exactly_one_wins(
     operator_factory: OperatorFactory,
 ) -> None:
     gpu_nodes(fake_nodes, blocks=1, racks=1, hosts=4)
-    create_pod_group(admin_api, namespace, pod_group_body("a", 3))
-    create_pod_group(admin_api, namespace, pod_group_body("b", 3))
-    create_pods(admin_api, namespace, gang("a", 3, gpu=8) + gang("b", 3, gpu=8))
+    create_pod_group(admin_api, namespace, pod_group_manifest("a", 3))
+    create_pod_group(admin_api, namespace, pod_group_manifest("b", 3))
+    create_pods(admin_api, namespace, gang_manifests("a", 3, gpu=8) + gang_manifests("b", 3, gpu=8))
     operator_factory()  # starts with both gangs complete: one cycle decides between them
     wait_until(
         lambda: (
@@ -182,8 +175,8 @@ def test_pod_deleted_while_its_gang_is_being_bound(
 ) -> None:
     names = gpu_nodes(fake_nodes, blocks=1, racks=2, hosts=4)
     operator_factory("--concurrency", "1", env={"GANGSCHED_FAULT_BIND_DELAY_SECONDS": "0.4"})
-    create_pod_group(admin_api, namespace, pod_group_body("g", 6, topology=[(RACK, "Required")]))
-    create_pods(admin_api, namespace, gang("g", 6, gpu=4))
+    create_pod_group(admin_api, namespace, pod_group_manifest("g", 6, topology=[(RACK, "Required")]))
+    create_pods(admin_api, namespace, gang_manifests("g", 6, gpu=4))
     wait_until(lambda: len(bound_nodes(admin_api, namespace, "g")) >= 1, what="binding to start")
     bound = bound_nodes(admin_api, namespace, "g")
     victim = next(f"g-{i}" for i in range(5, -1, -1) if f"g-{i}" not in bound)
@@ -193,7 +186,7 @@ def test_pod_deleted_while_its_gang_is_being_bound(
         lambda: not any(p["metadata"]["name"] == victim for p in list_pods(admin_api, namespace, "g")),
         what="the deletion",
     )
-    create_pods(admin_api, namespace, [pod_body(victim, "g", gpu=4)])
+    create_pods(admin_api, namespace, [pod_manifest(victim, "g", gpu=4)])
     placed = wait_until(all_bound(admin_api, namespace, "g", 6), timeout=60, what="the gang to complete")
     labels = node_labels(admin_api, names)
     assert len({labels[n][RACK] for n in placed.values()}) == 1
@@ -208,8 +201,8 @@ def test_partial_gang_is_rolled_back_after_its_timeout(
 ) -> None:
     gpu_nodes(fake_nodes, blocks=1, racks=1, hosts=4)
     operator_factory("--concurrency", "1", env={"GANGSCHED_FAULT_BIND_DELAY_SECONDS": "0.4"})
-    create_pod_group(admin_api, namespace, pod_group_body("g", 4, timeout=3))
-    create_pods(admin_api, namespace, gang("g", 4, gpu=8))
+    create_pod_group(admin_api, namespace, pod_group_manifest("g", 4, timeout=3))
+    create_pods(admin_api, namespace, gang_manifests("g", 4, gpu=8))
     wait_until(lambda: len(bound_nodes(admin_api, namespace, "g")) >= 1, what="binding to start")
     bound = bound_nodes(admin_api, namespace, "g")
     victim = next(f"g-{i}" for i in range(3, -1, -1) if f"g-{i}" not in bound)
@@ -231,8 +224,8 @@ def test_operator_killed_mid_binding_completes_without_double_binding(
 ) -> None:
     names = gpu_nodes(fake_nodes, blocks=1, racks=2, hosts=4)
     first = operator_factory("--concurrency", "1", env={"GANGSCHED_FAULT_BIND_DELAY_SECONDS": "0.3"})
-    create_pod_group(admin_api, namespace, pod_group_body("g", 8, topology=[(RACK, "Required")]))
-    create_pods(admin_api, namespace, gang("g", 8, gpu=4))
+    create_pod_group(admin_api, namespace, pod_group_manifest("g", 8, topology=[(RACK, "Required")]))
+    create_pods(admin_api, namespace, gang_manifests("g", 8, gpu=4))
     wait_until(lambda: len(bound_nodes(admin_api, namespace, "g")) >= 2, what="binding to start")
     first.kill()
     partly = bound_nodes(admin_api, namespace, "g")
@@ -258,12 +251,12 @@ def test_stale_cache_never_binds_twice_nor_reoffers_capacity(
     sees them pending (binds them again) and their nodes free (gives them to another gang)."""
     gpu_nodes(fake_nodes, blocks=1, racks=1, hosts=2)
     op = operator_factory(env={"GANGSCHED_FAULT_WATCH_DELAY_SECONDS": "4"})
-    create_pod_group(admin_api, namespace, pod_group_body("first", 2))
-    create_pods(admin_api, namespace, gang("first", 2, gpu=8))
+    create_pod_group(admin_api, namespace, pod_group_manifest("first", 2))
+    create_pods(admin_api, namespace, gang_manifests("first", 2, gpu=8))
     wait_until(all_bound(admin_api, namespace, "first", 2), what="the first gang")
     # While the cache still shows `first` unbound, a second gang wants the same two nodes.
-    create_pod_group(admin_api, namespace, pod_group_body("second", 2))
-    create_pods(admin_api, namespace, gang("second", 2, gpu=8))
+    create_pod_group(admin_api, namespace, pod_group_manifest("second", 2))
+    create_pods(admin_api, namespace, gang_manifests("second", 2, gpu=8))
     wait_until(
         lambda: condition(get_pod_group(admin_api, namespace, "second")).get("reason") == "Unschedulable",
         what="the second gang to be Unschedulable",
@@ -287,24 +280,24 @@ def test_bad_input_is_reported_not_crashed_on(
     operator_factory()
     # A topology key no node carries.
     create_pod_group(
-        admin_api, namespace, pod_group_body("nokey", 2, topology=[("example.com/nowhere", "Required")])
+        admin_api, namespace, pod_group_manifest("nokey", 2, topology=[("example.com/nowhere", "Required")])
     )
-    create_pods(admin_api, namespace, gang("nokey", 2))
+    create_pods(admin_api, namespace, gang_manifests("nokey", 2))
     # minCount larger than the cluster could ever hold.
-    create_pod_group(admin_api, namespace, pod_group_body("huge", 5))
-    create_pods(admin_api, namespace, gang("huge", 5, gpu=8))
+    create_pod_group(admin_api, namespace, pod_group_manifest("huge", 5))
+    create_pods(admin_api, namespace, gang_manifests("huge", 5, gpu=8))
     # Pods of one group with different schedulerNames.
-    create_pod_group(admin_api, namespace, pod_group_body("mixed", 2))
+    create_pod_group(admin_api, namespace, pod_group_manifest("mixed", 2))
     create_pods(
-        admin_api, namespace, [pod_body("mixed-0", "mixed"), pod_body("mixed-1", "mixed", scheduler="other")]
+        admin_api,
+        namespace,
+        [pod_manifest("mixed-0", "mixed"), pod_manifest("mixed-1", "mixed", scheduler="other")],
     )
     # A priorityClassName that does not exist.
-    body = pod_group_body("noclass", 1)
-    body["spec"]["priorityClassName"] = "does-not-exist"
-    create_pod_group(admin_api, namespace, body)
-    create_pods(admin_api, namespace, gang("noclass", 1))
+    create_pod_group(admin_api, namespace, pod_group_manifest("noclass", 1, priority_class="does-not-exist"))
+    create_pods(admin_api, namespace, gang_manifests("noclass", 1))
     # A pod naming a PodGroup that does not exist.
-    create_pods(admin_api, namespace, [pod_body("orphan", "ghost")])
+    create_pods(admin_api, namespace, [pod_manifest("orphan", "ghost")])
     expected = {
         "nokey": "missing label example.com/nowhere",
         "huge": "fits 2/5",
@@ -337,8 +330,8 @@ def test_deleting_a_pod_group_leaves_its_pods_alone(
 ) -> None:
     gpu_nodes(fake_nodes, blocks=1, racks=1, hosts=1)
     operator_factory()
-    create_pod_group(admin_api, namespace, pod_group_body("g", 3))
-    create_pods(admin_api, namespace, gang("g", 3, gpu=8))
+    create_pod_group(admin_api, namespace, pod_group_manifest("g", 3))
+    create_pods(admin_api, namespace, gang_manifests("g", 3, gpu=8))
     wait_until(
         lambda: condition(get_pod_group(admin_api, namespace, "g")).get("reason") == "Unschedulable",
         what="Unschedulable",
@@ -365,8 +358,10 @@ def test_200_pods_in_25_gangs_over_100_nodes(
     start = time.monotonic()
     topologies = [[(RACK, "Required")], [(BLOCK, "Required"), (RACK, "Preferred")], [(RACK, "Preferred")], []]
     for g in range(25):
-        create_pod_group(admin_api, namespace, pod_group_body(f"g{g}", 8, topology=topologies[g % 4] or None))
-    create_pods(admin_api, namespace, [p for g in range(25) for p in gang(f"g{g}", 8, gpu=2)])
+        create_pod_group(
+            admin_api, namespace, pod_group_manifest(f"g{g}", 8, topology=topologies[g % 4] or None)
+        )
+    create_pods(admin_api, namespace, [p for g in range(25) for p in gang_manifests(f"g{g}", 8, gpu=2)])
     created = time.monotonic()
 
     def done() -> bool:

@@ -22,24 +22,14 @@ from kubernetes.client.exceptions import ApiException
 
 from gangsched._rawapi import request_json
 from gangsched.model import GROUP, PLURAL, VERSION
+from gangsched_testing.builders import pod_group_manifest
+from gangsched_testing.crd_cases import EXAMPLE_SPEC, INVALID_SPECS, VALID_SPECS
 
 pytestmark = pytest.mark.integration
 
 CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / "podgroup.yaml"
 CRD_NAME = f"{PLURAL}.{GROUP}"
 ESTABLISH_TIMEOUT = 30.0
-
-EXAMPLE_SPEC: dict[str, Any] = {
-    "schedulingPolicy": {"gang": {"minCount": 8}},
-    "schedulingConstraints": {
-        "topology": [
-            {"key": "example.com/block"},
-            {"key": "example.com/rack", "mode": "Preferred"},
-        ]
-    },
-    "priorityClassName": "high",
-    "scheduleTimeoutSeconds": 600,
-}
 
 
 def _established(ext: client.ApiextensionsV1Api) -> bool:
@@ -82,12 +72,7 @@ def objects(admin_api: client.ApiClient) -> client.CustomObjectsApi:
 
 
 def _podgroup(name: str, spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+    return pod_group_manifest(name, namespace=None, spec=spec)
 
 
 def _create(objects: client.CustomObjectsApi, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -208,54 +193,21 @@ def test_invalid_status_is_rejected(
     assert info.value.status == 422
 
 
-def _with(**changes: Any) -> dict[str, Any]:
-    spec = copy.deepcopy(EXAMPLE_SPEC)
-    spec.update(changes)
-    return spec
+@pytest.mark.parametrize("case", list(VALID_SPECS))
+def test_valid_podgroups_are_accepted(
+    podgroup_crd: str, objects: client.CustomObjectsApi, namespace: str, case: str
+) -> None:
+    created = _create(objects, namespace, _podgroup(case, VALID_SPECS[case]))
+    assert created["spec"]["schedulingPolicy"] == VALID_SPECS[case]["schedulingPolicy"]
 
 
-INVALID: dict[str, tuple[Any, str]] = {
-    "both-policies": (
-        _with(schedulingPolicy={"gang": {"minCount": 2}, "basic": {}}),
-        "spec.schedulingPolicy",
-    ),
-    "no-policy": (
-        _with(schedulingPolicy={}),
-        "exactly one of schedulingPolicy.gang or schedulingPolicy.basic",
-    ),
-    "policy-missing": ({"priority": 5}, "spec.schedulingPolicy: Required value"),
-    "min-count-zero": (
-        _with(schedulingPolicy={"gang": {"minCount": 0}}),
-        "spec.schedulingPolicy.gang.minCount",
-    ),
-    "mode-bogus": (
-        _with(schedulingConstraints={"topology": [{"key": "example.com/rack", "mode": "Bogus"}]}),
-        'Unsupported value: "Bogus"',
-    ),
-    "six-levels": (
-        _with(schedulingConstraints={"topology": [{"key": f"example.com/level{i}"} for i in range(6)]}),
-        "must have at most 5 items",
-    ),
-    "duplicate-keys": (
-        _with(
-            schedulingConstraints={
-                "topology": [{"key": "example.com/rack"}, {"key": "example.com/rack", "mode": "Preferred"}]
-            }
-        ),
-        "topology keys must be distinct",
-    ),
-    "empty-key": (_with(schedulingConstraints={"topology": [{"key": ""}]}), "spec.schedulingConstraints"),
-    "timeout-zero": (_with(scheduleTimeoutSeconds=0), "spec.scheduleTimeoutSeconds"),
-}
-
-
-@pytest.mark.parametrize("case", list(INVALID))
+@pytest.mark.parametrize("case", list(INVALID_SPECS))
 def test_invalid_podgroups_are_rejected(
     podgroup_crd: str, objects: client.CustomObjectsApi, namespace: str, case: str
 ) -> None:
-    spec, expected = INVALID[case]
+    expected = INVALID_SPECS[case].apiserver
     with pytest.raises(ApiException) as info:
-        _create(objects, namespace, _podgroup(case, spec))
+        _create(objects, namespace, _podgroup(case, INVALID_SPECS[case].spec))
     assert info.value.status == 422, info.value.body
     message = json.loads(info.value.body or "{}")["message"]
     assert expected in message, message

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-import gangsched.binder as binder_module
+import gangsched.transport as transport_module
 from gangsched.binder import Binder, BindOutcome, binding_body
 from gangsched.model import parse_pod
+from gangsched.transport import Transport
 
 
 def a_pod() -> Any:
@@ -44,14 +45,15 @@ def test_bind_outcomes(
     monkeypatch: pytest.MonkeyPatch, statuses: list[int], outcome: BindOutcome, attempts: int
 ) -> None:
     calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(binder_module, "request_json", failing(list(statuses), calls))
-    monkeypatch.setattr(binder_module, "_backoff", lambda state: 0.0)
+    monkeypatch.setattr(transport_module, "request_json", failing(list(statuses), calls))
+    monkeypatch.setattr(transport_module, "_backoff", lambda state: 0.0)
 
     async def scenario() -> None:
-        binder = Binder(api=None, concurrency=2)  # type: ignore[arg-type]
-        monkeypatch.setattr(binder_module.asyncio, "sleep", _no_sleep)
+        transport = Transport(api=None, concurrency=2)  # type: ignore[arg-type]
+        binder = Binder(transport=transport)
+        monkeypatch.setattr(transport_module.asyncio, "sleep", _no_sleep)
         result = await binder.bind(a_pod(), "n1")
-        binder.close()
+        transport.close()
         assert result.outcome is outcome
         assert len(calls) == attempts
         assert calls[0]["path"] == "/api/v1/namespaces/ml/pods/p/binding"
@@ -72,14 +74,15 @@ async def _no_sleep(delay: float, *args: Any) -> None:
 
 def test_retry_after_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(binder_module, "request_json", failing([429], calls, retry_after="7"))
+    monkeypatch.setattr(transport_module, "request_json", failing([429], calls, retry_after="7"))
     slept.clear()
 
     async def scenario() -> None:
-        binder = Binder(api=None)  # type: ignore[arg-type]
-        monkeypatch.setattr(binder_module.asyncio, "sleep", _no_sleep)
+        transport = Transport(api=None)  # type: ignore[arg-type]
+        binder = Binder(transport=transport)
+        monkeypatch.setattr(transport_module.asyncio, "sleep", _no_sleep)
         result = await binder.bind(a_pod(), "n1")
-        binder.close()
+        transport.close()
         assert result.outcome is BindOutcome.BOUND
 
     asyncio.run(scenario())

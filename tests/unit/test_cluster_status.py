@@ -4,30 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from builders import pod_group
-
 from gangsched.cluster import ClusterCache, parse_rv
-from gangsched.model import POD_GROUP_LABEL, parse_pod
+from gangsched.model import parse_pod
 from gangsched.status import Counts, Verdict, build_status, phase_of, same_status
+from gangsched_testing.builders import pod_group, pod_group_manifest, pod_manifest
 
 
 def pod_body(
     name: str, *, rv: str, node: str = "", phase: str = "Pending", uid: str = "u1"
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {"schedulerName": "gangsched", "containers": [{"name": "c"}]}
-    if node:
-        spec["nodeName"] = node
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ml",
-            "uid": uid,
-            "resourceVersion": rv,
-            "labels": {POD_GROUP_LABEL: "g"},
-        },
-        "spec": spec,
-        "status": {"phase": phase},
-    }
+    return pod_manifest(
+        name,
+        "g",
+        cpu=None,
+        memory=None,
+        container="c",
+        image=None,
+        uid=uid,
+        resource_version=rv,
+        node_name=node,
+        phase=phase,
+    )
 
 
 def test_parse_rv() -> None:
@@ -47,7 +44,7 @@ def test_assumed_binding_counts_once_until_the_watch_confirms_it() -> None:
     assert [p.node_name for p in view] == ["n1"]  # bound once, not pending
     assert cache.caught_up(("ml", "g")) is False
     cache.apply_pod("MODIFIED", pod_body("p", rv="11", node="n1"))
-    assert ("ml", "p") not in cache.assumed
+    assert not cache.is_assumed(("ml", "p"))
     assert [p.node_name for p in cache.pods_for_engine()] == ["n1"]
     assert cache.caught_up(("ml", "g")) is True
 
@@ -71,10 +68,7 @@ def test_a_replaced_pod_drops_the_assumption() -> None:
 def test_pod_group_writes_wait_for_the_watch() -> None:
     cache = ClusterCache()
     group = pod_group("g", 2)
-    body = {
-        "metadata": {"name": "g", "namespace": "ml", "resourceVersion": "5"},
-        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
-    }
+    body = pod_group_manifest("g", 2, resource_version="5")
     cache.apply_pod_group("ADDED", body)
     cache.wrote_pod_group(group.key, "9")
     assert cache.caught_up(group.key) is False

@@ -3,7 +3,8 @@
 A small validator for the OpenAPI subset the CRD uses (type, required, enum, minimum,
 maxItems, ...) checks the issue's example and the invalid specs offline; the two CEL rules
 are mirrored in Python, keyed by their exact text so a changed rule fails here until the
-mirror is updated. The integration suite applies the same file to a real kube-apiserver.
+mirror is updated. The integration suite applies the same file to a real kube-apiserver,
+and sends it the same specs (gangsched_testing.crd_cases).
 """
 
 from __future__ import annotations
@@ -17,25 +18,14 @@ import pytest
 import yaml
 
 from gangsched.model import GROUP, MAX_TOPOLOGY_LEVELS, PLURAL, VERSION, ModelError, parse_pod_group_spec
+from gangsched_testing.builders import pod_group_manifest
+from gangsched_testing.crd_cases import EXAMPLE_SPEC, INVALID_SPECS, VALID_SPECS
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "podgroup.yaml"
 EXAMPLES = ROOT / "examples" / "simulate"
 
 Schema = dict[str, Any]
-
-# The issue's example spec.
-EXAMPLE_SPEC: dict[str, Any] = {
-    "schedulingPolicy": {"gang": {"minCount": 8}},
-    "schedulingConstraints": {
-        "topology": [
-            {"key": "example.com/block"},
-            {"key": "example.com/rack", "mode": "Preferred"},
-        ]
-    },
-    "priorityClassName": "high",
-    "scheduleTimeoutSeconds": 600,
-}
 
 # The CEL rules of the CRD, mirrored in Python.
 CEL_RULES: dict[str, Callable[[Any], bool]] = {
@@ -164,14 +154,7 @@ def schema(version: dict[str, Any]) -> Schema:
 
 
 def podgroup(spec: Any, **extra: Any) -> dict[str, Any]:
-    obj: dict[str, Any] = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PodGroup",
-        "metadata": {"name": "train", "namespace": "ml"},
-        "spec": spec,
-    }
-    obj.update(extra)
-    return obj
+    return {**pod_group_manifest("train", spec=spec), **extra}
 
 
 def check(schema: Schema, obj: dict[str, Any]) -> list[str]:
@@ -303,21 +286,9 @@ def test_accepts_the_issue_example(schema: Schema) -> None:
     assert modes == ["Required", "Preferred"]
 
 
-@pytest.mark.parametrize(
-    "spec",
-    [
-        pytest.param({"schedulingPolicy": {"basic": {}}}, id="basic"),
-        pytest.param({"schedulingPolicy": {"gang": {"minCount": 1}}, "priority": -5}, id="gang-priority"),
-        pytest.param(
-            {
-                "schedulingPolicy": {"gang": {"minCount": 2}},
-                "schedulingConstraints": {"topology": [{"key": f"level{i}"} for i in range(5)]},
-            },
-            id="five-levels",
-        ),
-    ],
-)
-def test_accepts_valid_specs(schema: Schema, spec: dict[str, Any]) -> None:
+@pytest.mark.parametrize("name", list(VALID_SPECS))
+def test_accepts_valid_specs(schema: Schema, name: str) -> None:
+    spec = VALID_SPECS[name]
     assert check(schema, podgroup(spec)) == []
     parse_pod_group_spec(spec)  # the model agrees
 
@@ -349,63 +320,20 @@ def test_accepts_a_full_status(schema: Schema) -> None:
     assert check(schema, podgroup(EXAMPLE_SPEC, status={**status, "phase": "Done"}))
 
 
-def _bad(**changes: Any) -> dict[str, Any]:
-    spec = copy.deepcopy(EXAMPLE_SPEC)
-    spec.update(changes)
-    return spec
-
-
-BAD_SPECS = {
-    "both-policies": (
-        _bad(schedulingPolicy={"gang": {"minCount": 2}, "basic": {}}),
-        "exactly one of schedulingPolicy.gang or schedulingPolicy.basic",
-    ),
-    "no-policy": (
-        _bad(schedulingPolicy={}),
-        "exactly one of schedulingPolicy.gang or schedulingPolicy.basic",
-    ),
-    "policy-missing": ({"priority": 3}, "missing required field 'schedulingPolicy'"),
-    "min-count-zero": (_bad(schedulingPolicy={"gang": {"minCount": 0}}), "minCount: should be >= 1"),
-    "min-count-missing": (_bad(schedulingPolicy={"gang": {}}), "missing required field 'minCount'"),
-    "min-count-string": (_bad(schedulingPolicy={"gang": {"minCount": "8"}}), "expected integer"),
-    "min-count-int64": (_bad(schedulingPolicy={"gang": {"minCount": 2**31}}), "out of range for int32"),
-    "mode-bogus": (
-        _bad(schedulingConstraints={"topology": [{"key": "example.com/rack", "mode": "Bogus"}]}),
-        "unsupported value 'Bogus'",
-    ),
-    "six-levels": (
-        _bad(schedulingConstraints={"topology": [{"key": f"level{i}"} for i in range(6)]}),
-        "more than 5 items",
-    ),
-    "duplicate-keys": (
-        _bad(
-            schedulingConstraints={
-                "topology": [{"key": "example.com/rack"}, {"key": "example.com/rack", "mode": "Preferred"}]
-            }
-        ),
-        "topology keys must be distinct",
-    ),
-    "empty-key": (_bad(schedulingConstraints={"topology": [{"key": ""}]}), "shorter than 1"),
-    "key-too-long": (_bad(schedulingConstraints={"topology": [{"key": "k" * 318}]}), "longer than 317"),
-    "key-missing": (_bad(schedulingConstraints={"topology": [{"mode": "Required"}]}), "missing required"),
-    "timeout-zero": (_bad(scheduleTimeoutSeconds=0), "should be >= 1"),
-}
-
-
-@pytest.mark.parametrize("name", list(BAD_SPECS))
+@pytest.mark.parametrize("name", list(INVALID_SPECS))
 def test_rejects_invalid_specs(schema: Schema, name: str) -> None:
-    spec, expected = BAD_SPECS[name]
-    errors = check(schema, podgroup(spec))
+    case = INVALID_SPECS[name]
+    errors = check(schema, podgroup(case.spec))
     assert errors, f"{name} was accepted"
-    assert any(expected in e for e in errors), errors
+    assert any(case.offline in e for e in errors), errors
 
 
-@pytest.mark.parametrize("name", [n for n in BAD_SPECS if n not in ("min-count-string", "min-count-int64")])
+@pytest.mark.parametrize("name", [n for n, case in INVALID_SPECS.items() if case.model])
 def test_model_rejects_what_the_crd_rejects(name: str) -> None:
-    # The simulator reads files the apiserver never saw, so the model enforces the same rules.
-    # (pydantic's lax mode takes "8" for 8, and the model does not bound minCount to int32.)
+    # The simulator reads files the apiserver never saw, so the model enforces the same rules
+    # (all but two: see crd_cases.Invalid.model).
     with pytest.raises(ModelError):
-        parse_pod_group_spec(BAD_SPECS[name][0])
+        parse_pod_group_spec(INVALID_SPECS[name].spec)
 
 
 def test_example_podgroups_validate(schema: Schema) -> None:

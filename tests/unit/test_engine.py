@@ -4,18 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from builders import BLOCK, RACK, node, pod, pod_group, pods, topology_nodes
-
-from gangsched.engine import (
-    POD_GROUP_NOT_FOUND,
-    SCHEDULED,
-    UNSCHEDULABLE_REASON,
-    WAITING_FOR_PODS,
-    CycleResult,
-    GroupDecision,
-    schedule_cycle,
-)
-from gangsched.model import Node, Pod, PodGroup
+from gangsched.engine import CycleResult, GroupDecision, schedule_cycle
+from gangsched.model import Node, Pod, PodGroup, Reason
+from gangsched_testing.builders import BLOCK, RACK, node, pod, pod_group, pods, topology_nodes
 
 
 def run(nodes: list[Node], all_pods: list[Pod], groups: list[PodGroup], **kwargs: object) -> CycleResult:
@@ -39,7 +30,7 @@ def test_gang_placed_all_or_nothing() -> None:
     result = run(nodes, pods("w", 3, "g", gpu=8), [pod_group("g", 3)])
     d = decision(result, "g")
     assert not d.scheduled
-    assert d.reason == UNSCHEDULABLE_REASON
+    assert d.reason == Reason.UNSCHEDULABLE
     assert d.assignments == {}
     assert all(n is None for _, n, _ in result.pods)
     assert "Insufficient nvidia.com/gpu" in d.message or "fits 2/3" in d.message
@@ -79,9 +70,9 @@ def test_bound_members_pin_the_required_domain() -> None:
 def test_waiting_for_pods_and_missing_group() -> None:
     nodes = [node("a")]
     result = run(nodes, pods("w", 2, "g") + pods("o", 1, "orphan"), [pod_group("g", 4)])
-    assert decision(result, "g").reason == WAITING_FOR_PODS
+    assert decision(result, "g").reason == Reason.WAITING_FOR_PODS
     assert "2/4" in decision(result, "g").message
-    assert decision(result, "orphan").reason == POD_GROUP_NOT_FOUND
+    assert decision(result, "orphan").reason == Reason.POD_GROUP_NOT_FOUND
     assert all(n is None for _, n, _ in result.pods)
 
 
@@ -103,7 +94,7 @@ def test_mixed_scheduler_names_are_unschedulable() -> None:
     members = [*pods("w", 2, "g"), pod("other", "g", scheduler="default-scheduler")]
     result = run([node("a")], members, [pod_group("g", 2)])
     d = decision(result, "g")
-    assert d.reason == UNSCHEDULABLE_REASON
+    assert d.reason == Reason.UNSCHEDULABLE
     assert "schedulerName" in d.message
 
 
@@ -369,7 +360,7 @@ def test_gpu_request_spreads_over_capacity_across_groups() -> None:
     assert not decision(result, "two").scheduled
     assert decision(result, "two").assignments == {}
     assert sum(1 for _, n, _ in result.pods if n) == 2
-    assert {d.reason for d in result.decisions} == {SCHEDULED, UNSCHEDULABLE_REASON}
+    assert {d.reason for d in result.decisions} == {Reason.SCHEDULED, Reason.UNSCHEDULABLE}
 
 
 def test_a_repaired_gang_stays_in_its_preferred_domain() -> None:

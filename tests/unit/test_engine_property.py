@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from builders import GPU, RACK, ZONE, node, pod, pod_group
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from gangsched.engine import schedule_cycle
 from gangsched.model import Node, Pod, PodGroup
+from gangsched_testing.builders import GPU, RACK, ZONE, node, pod, pod_group
 
 TAINT = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
 TOLERATE = {"tolerations": [{"key": "dedicated", "operator": "Exists"}]}

@@ -1,4 +1,4 @@
-"""node_manifests and parse_node_set: the pure half of gangsched.fakenodes."""
+"""node_manifests and parse_node_set: the pure half of gangsched_testing.fakenodes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from gangsched.fakenodes import (
+from gangsched_testing.fakenodes import (
     FAKE_NODE_LABEL,
     NodeSet,
     Taint,

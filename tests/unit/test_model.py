@@ -11,6 +11,8 @@ from gangsched.model import (
     POD_GROUP_LABEL,
     PODS,
     ModelError,
+    PriorityClass,
+    PriorityClasses,
     Taint,
     Toleration,
     TopologyMode,
@@ -267,7 +269,9 @@ def test_pod_priority_must_be_an_integer() -> None:
 
 
 def test_pod_priority_resolution() -> None:
-    priorities = {"high": 1000, "": 5}
+    priorities = PriorityClasses(
+        [PriorityClass("high", 1000), PriorityClass("default", 5, global_default=True)]
+    )
     assert parse_pod(pod_obj(priorityClassName="high"), priorities=priorities).priority == 1000
     # An explicit priority (as admission writes it) wins over the class.
     assert parse_pod(pod_obj(priorityClassName="high", priority=7), priorities=priorities).priority == 7
@@ -292,7 +296,7 @@ GANG = {"schedulingPolicy": {"gang": {"minCount": 4}}}
 
 
 def test_pod_group_priority_resolution() -> None:
-    priorities = {"high": 1000}
+    priorities = PriorityClasses([PriorityClass("high", 1000)])
     assert (
         parse_pod_group(group_obj({**GANG, "priorityClassName": "high"}), priorities=priorities).priority
         == 1000
@@ -307,7 +311,10 @@ def test_pod_group_priority_resolution() -> None:
 
 
 def test_pod_group_with_a_missing_priority_class_is_kept_with_an_error() -> None:
-    group = parse_pod_group(group_obj({**GANG, "priorityClassName": "nope"}), priorities={"high": 1})
+    group = parse_pod_group(
+        group_obj({**GANG, "priorityClassName": "nope"}),
+        priorities=PriorityClasses([PriorityClass("high", 1)]),
+    )
     assert group.spec is None
     assert group.spec_error == "PriorityClass 'nope' not found"
 

@@ -7,12 +7,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
-import gangsched.scheduler as scheduler_module
+import gangsched.loop.scheduler as scheduler_module
 from gangsched.binder import BindOutcome, BindResult
-from gangsched.cluster import ClusterCache
-from gangsched.model import GROUP, POD_GROUP_LABEL, VERSION, Pod
-from gangsched.scheduler import Scheduler, SchedulerConfig
+from gangsched.cluster import ClusterCache, LiveReader
+from gangsched.loop import Scheduler, SchedulerConfig
+from gangsched.model import Pod
+from gangsched_testing.builders import node_manifest, pod_group_manifest, pod_manifest
 
 
 class FakeBinder:
@@ -53,43 +55,47 @@ class FakeBinder:
         return []
 
 
+class FakeTransport:
+    """Live reads answered from the FakeBinder's `live` table (a 404 when absent)."""
+
+    def __init__(self, binder: FakeBinder) -> None:
+        self.binder = binder
+
+    async def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        assert method == "GET", f"a live read only reads: {method} {path}"
+        parts = path.split("/")  # /api/v1/namespaces/NS/pods/NAME
+        body = await self.binder.read_pod(parts[4], parts[6])
+        if body is None:
+            raise ApiException(status=404, reason="Not Found")
+        return body
+
+    async def list(self, path: str, **kwargs: Any) -> list[Any]:
+        return []
+
+
 def node(name: str, gpu: int = 8) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "resourceVersion": "1", "labels": {"kubernetes.io/hostname": name}},
-        "status": {"allocatable": {"cpu": "32", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": str(gpu)}},
-    }
+    return node_manifest(name, cpu="32", memory="64Gi", gpu=gpu, ready=None, resource_version="1")
 
 
 def pod(name: str, rv: int, *, node_name: str = "", phase: str = "Pending", gpu: int = 8) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "schedulerName": "gangsched",
-        "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpu)}}}],
-    }
-    if node_name:
-        spec["nodeName"] = node_name
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ml",
-            "uid": f"uid-{name}",
-            "resourceVersion": str(rv),
-            "labels": {POD_GROUP_LABEL: "g"},
-        },
-        "spec": spec,
-        "status": {"phase": phase},
-    }
+    return pod_manifest(
+        name,
+        "g",
+        cpu=None,
+        memory=None,
+        gpu=gpu,
+        gpu_limit=False,
+        container="c",
+        image=None,
+        uid=f"uid-{name}",
+        resource_version=str(rv),
+        node_name=node_name,
+        phase=phase,
+    )
 
 
 def group(min_count: int, timeout: int | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
-    if timeout:
-        spec["scheduleTimeoutSeconds"] = timeout
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PodGroup",
-        "metadata": {"name": "g", "namespace": "ml", "uid": "pg", "generation": 1, "resourceVersion": "5"},
-        "spec": spec,
-    }
+    return pod_group_manifest("g", min_count, uid="pg", generation=1, resource_version="5", timeout=timeout)
 
 
 class Clock:
@@ -101,17 +107,18 @@ class Clock:
 
 
 def make(cache: ClusterCache, binder: FakeBinder, clock: Clock | None = None) -> Scheduler:
+    live = LiveReader(cache=cache, transport=FakeTransport(binder), scheduler_name="gangsched")  # type: ignore[arg-type]
     return Scheduler(
         cache=cache,
         binder=binder,  # type: ignore[arg-type]
+        live=live,
         config=SchedulerConfig(consistency_timeout_seconds=0.0),
         clock=clock or Clock(),
     )
 
 
 async def settle(scheduler: Scheduler) -> None:
-    while scheduler.tasks:
-        await asyncio.gather(*list(scheduler.tasks))
+    await scheduler.tasks.settle()
 
 
 def test_a_pod_that_arrives_while_the_engine_runs_is_not_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -179,7 +186,7 @@ def test_a_conflict_is_resolved_from_a_live_read() -> None:
         binder.live[("ml", "g-0")] = pod("g-0", 20, node_name="n2")  # someone else bound it
         await sched.cycle()
         await settle(sched)
-        assert ("ml", "g-0") not in cache.assumed
+        assert not cache.is_assumed(("ml", "g-0"))
         assert cache.pods[("ml", "g-0")].node_name == "n2"
 
     asyncio.run(scenario())
@@ -202,5 +209,34 @@ def test_a_partial_gang_is_rolled_back_after_its_timeout() -> None:
         await settle(sched)
         assert binder.deleted == ["g-0"]
         assert ("g", "Timeout") in binder.events
+
+    asyncio.run(scenario())
+
+
+def test_metrics_record_cycles_binds_latency_and_pending_reasons() -> None:
+    async def scenario() -> None:
+        cache = ClusterCache()
+        binder = FakeBinder()
+        sched = make(cache, binder)
+        cache.on_confirmed = sched.metrics.cache_lag.observe
+        cache.apply_node("ADDED", node("n1"))
+        cache.apply_pod_group("ADDED", group(1))
+        created = pod("g-0", 10)
+        created["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+        cache.apply_pod("ADDED", created)
+        lonely = pod("solo", 11, gpu=16)  # no node has 16 GPUs
+        lonely["metadata"]["labels"] = {}
+        cache.apply_pod("ADDED", lonely)
+        await sched.cycle()
+        await settle(sched)
+        cache.apply_pod("MODIFIED", pod("g-0", 12, node_name="n1"))  # the watch confirms the binding
+        text = sched.metrics.render()
+        assert 'gangsched_binds_total{outcome="Bound"} 1.0' in text
+        assert 'gangsched_decisions_total{reason="Scheduled"} 1.0' in text
+        assert 'gangsched_pending_groups{reason="Unschedulable"} 1.0' in text
+        assert "gangsched_gang_scheduling_duration_seconds_count 1.0" in text
+        assert "gangsched_engine_cycle_duration_seconds_count 1.0" in text
+        assert "gangsched_cache_write_lag_seconds_count 1.0" in text
+        assert "gangsched_cycles_total 1.0" in text
 
     asyncio.run(scenario())

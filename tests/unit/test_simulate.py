@@ -11,10 +11,9 @@ import yaml
 from click.testing import CliRunner, Result
 
 from gangsched.cli import main
+from gangsched_testing.builders import GPU, Manifest, node_manifest, pod_group_manifest, pod_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
-GPU = "nvidia.com/gpu"
-GROUP_LABEL = "scheduling.gangsched.io/pod-group"
 
 POD_KEYS = {"namespace", "name", "podGroup", "node"}
 GROUP_KEYS = {"namespace", "name", "scheduled", "reason", "message"}
@@ -23,64 +22,14 @@ GROUP_KEYS = {"namespace", "name", "scheduled", "reason", "message"}
 # --------------------------------------------------------------------------- builders
 
 
-def node(name: str, *, gpu: int = 8, cpu: str = "32", labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
-        "status": {"allocatable": {"cpu": cpu, "memory": "256Gi", "pods": "110", GPU: str(gpu)}},
-    }
+def node(name: str, *, cpu: str = "32", **options: Any) -> Manifest:
+    """This file's nodes: 32 CPUs, 8 GPUs, no conditions."""
+    return node_manifest(name, cpu=cpu, ready=None, **options)
 
 
-def pod(
-    name: str,
-    *,
-    group: str | None = None,
-    namespace: str | None = "ml",
-    gpu: int = 1,
-    cpu: str = "1",
-    node_name: str | None = None,
-    scheduler: str | None = "gangsched",
-    phase: str | None = None,
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name}
-    if namespace is not None:
-        meta["namespace"] = namespace
-    if group is not None:
-        meta["labels"] = {GROUP_LABEL: group}
-    resources: dict[str, Any] = {"requests": {"cpu": cpu}}
-    if gpu:
-        resources["limits"] = {GPU: gpu}
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "img", "resources": resources}]}
-    if scheduler is not None:
-        spec["schedulerName"] = scheduler
-    if node_name is not None:
-        spec["nodeName"] = node_name
-    obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
-    if phase is not None:
-        obj["status"] = {"phase": phase}
-    return obj
-
-
-def pod_group(
-    name: str,
-    *,
-    min_count: int | None = None,
-    namespace: str | None = "ml",
-    spec: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name}
-    if namespace is not None:
-        meta["namespace"] = namespace
-    if spec is None:
-        policy = {"gang": {"minCount": min_count}} if min_count is not None else {"basic": {}}
-        spec = {"schedulingPolicy": policy}
-    return {
-        "apiVersion": "scheduling.gangsched.io/v1alpha1",
-        "kind": "PodGroup",
-        "metadata": meta,
-        "spec": spec,
-    }
+def pod(name: str, *, gpu: int = 1, **options: Any) -> Manifest:
+    """This file's pods: a cpu request, and `gpu` GPUs as a limit only, an int as YAML has it."""
+    return pod_manifest(name, memory=None, image="img", limits={GPU: gpu} if gpu else None, **options)
 
 
 def write(path: Path, *docs: Any) -> Path:
@@ -116,7 +65,7 @@ def test_json_shape(tmp_path: Path) -> None:
     write(
         tmp_path / "in.yaml",
         node("n1"),
-        pod_group("train", min_count=2),
+        pod_group_manifest("train", min_count=2),
         pod("train-0", group="train"),
         pod("train-1", group="train"),
         pod("solo"),  # a gangsched pod without a group: a group of one, not a PodGroup
@@ -144,12 +93,12 @@ def test_one_entry_per_pending_pod_and_per_group_with_pending_pods(tmp_path: Pat
         tmp_path / "in.yaml",
         node("n1"),
         node("n2"),
-        pod_group("a", min_count=2),
+        pod_group_manifest("a", min_count=2),
         pod("a-0", group="a"),
         pod("a-1", group="a", node_name="n1"),  # bound: load, not an entry
-        pod_group("done", min_count=1),
+        pod_group_manifest("done", min_count=1),
         pod("done-0", group="done", node_name="n2"),  # no pending pods: no group entry
-        pod_group("unused", min_count=1),  # no pods at all
+        pod_group_manifest("unused", min_count=1),  # no pods at all
     )
     out = simulate_json(tmp_path)
     assert [p["name"] for p in out["pods"]] == ["a-0"]
@@ -168,10 +117,10 @@ def test_text_output_is_a_table(tmp_path: Path) -> None:
     write(
         tmp_path / "in.yaml",
         node("n1", gpu=2),
-        pod_group("fits", min_count=2),
+        pod_group_manifest("fits", min_count=2),
         pod("fits-0", group="fits"),
         pod("fits-1", group="fits"),
-        pod_group("big", min_count=1),
+        pod_group_manifest("big", min_count=1),
         pod("big-0", group="big", gpu=4),
     )
     result = simulate(tmp_path)  # text is the default
@@ -198,7 +147,7 @@ def test_text_output_is_a_table(tmp_path: Path) -> None:
 
 def test_directories_are_searched_recursively(tmp_path: Path) -> None:
     write(tmp_path / "cluster" / "nodes" / "n1.yml", node("n1"))
-    write(tmp_path / "cluster" / "group.json", pod_group("g", min_count=2))
+    write(tmp_path / "cluster" / "group.json", pod_group_manifest("g", min_count=2))
     write(tmp_path / "work" / "deep" / "er" / "pods.yaml", pod("g-0", group="g"), pod("g-1", group="g"))
     (tmp_path / "work" / "notes.txt").write_text("kind: Pod\nthis is not read: [")
     (tmp_path / "work" / "README.md").write_text("# not read")
@@ -208,7 +157,7 @@ def test_directories_are_searched_recursively(tmp_path: Path) -> None:
 
 def test_several_paths_files_and_directories(tmp_path: Path) -> None:
     nodes = write(tmp_path / "a" / "nodes.yaml", node("n1"))
-    write(tmp_path / "b" / "pods.yaml", pod_group("g", min_count=1), pod("g-0", group="g"))
+    write(tmp_path / "b" / "pods.yaml", pod_group_manifest("g", min_count=1), pod("g-0", group="g"))
     out = simulate_json(nodes, tmp_path / "b")
     assert out["pods"][0]["node"] == "n1"
 
@@ -220,7 +169,7 @@ def test_multi_document_yaml_and_lists(tmp_path: Path) -> None:
         + yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [node("n1"), node("n2")]})
         + "---\n"  # an empty document is fine
         + "---\n"
-        + yaml.safe_dump(pod_group("g", min_count=3))
+        + yaml.safe_dump(pod_group_manifest("g", min_count=3))
         + "---\n"
         + yaml.safe_dump(
             {"apiVersion": "v1", "kind": "PodList", "items": [pod("g-0", group="g"), pod("g-1", group="g")]}
@@ -240,7 +189,7 @@ def test_json_list_file(tmp_path: Path) -> None:
         {
             "apiVersion": "v1",
             "kind": "List",
-            "items": [node("n1"), pod_group("g", min_count=1), pod("g-0", group="g")],
+            "items": [node("n1"), pod_group_manifest("g", min_count=1), pod("g-0", group="g")],
         },
     )
     assert simulate_json(tmp_path)["pods"][0]["node"] == "n1"
@@ -250,7 +199,7 @@ def test_a_missing_namespace_means_default(tmp_path: Path) -> None:
     write(
         tmp_path / "in.yaml",
         node("n1"),
-        pod_group("g", min_count=2, namespace=None),
+        pod_group_manifest("g", min_count=2, namespace=None),
         pod("g-0", group="g", namespace=None),
         pod("g-1", group="g", namespace="default"),
     )
@@ -265,7 +214,7 @@ def test_a_group_is_matched_in_its_own_namespace_only(tmp_path: Path) -> None:
     write(
         tmp_path / "in.yaml",
         node("n1"),
-        pod_group("g", min_count=1, namespace="a"),
+        pod_group_manifest("g", min_count=1, namespace="a"),
         pod("p", group="g", namespace="b"),
     )
     [group] = simulate_json(tmp_path)["podGroups"]
@@ -277,7 +226,7 @@ def test_a_group_is_matched_in_its_own_namespace_only(tmp_path: Path) -> None:
 
 def test_bound_pods_are_load_whoever_scheduled_them(tmp_path: Path) -> None:
     cluster = [node("n1", gpu=8), pod("other", namespace="x", gpu=6, node_name="n1", scheduler=None)]
-    gang = [pod_group("g", min_count=1), pod("g-0", group="g", gpu=4)]
+    gang = [pod_group_manifest("g", min_count=1), pod("g-0", group="g", gpu=4)]
     write(tmp_path / "in.yaml", *cluster, *gang)
     [group] = simulate_json(tmp_path)["podGroups"]
     assert (group["scheduled"], group["reason"]) == (False, "Unschedulable")
@@ -298,7 +247,7 @@ def test_a_gang_is_all_or_nothing(tmp_path: Path) -> None:
     write(
         tmp_path / "in.yaml",
         node("n1", gpu=8),
-        pod_group("g", min_count=3),
+        pod_group_manifest("g", min_count=3),
         *(pod(f"g-{i}", group="g", gpu=4) for i in range(3)),
     )
     out = simulate_json(tmp_path)
@@ -311,7 +260,7 @@ def test_other_schedulers_pods_are_ignored(tmp_path: Path) -> None:
     write(
         tmp_path / "in.yaml",
         node("n1"),
-        pod_group("g", min_count=1),
+        pod_group_manifest("g", min_count=1),
         pod("mine", group="g"),
         pod("theirs", scheduler="volcano"),
         pod("default", scheduler=None),
@@ -343,7 +292,7 @@ def test_waiting_for_pods(tmp_path: Path) -> None:
     write(
         tmp_path / "in.yaml",
         node("n1"),
-        pod_group("g", min_count=4),
+        pod_group_manifest("g", min_count=4),
         pod("g-0", group="g"),
         pod("g-1", group="g"),
     )
@@ -365,9 +314,9 @@ def test_priority_classes_order_the_queue(tmp_path: Path) -> None:
             "value": 1000,
         },
         node("n1", gpu=4),
-        pod_group("a", spec={"schedulingPolicy": {"gang": {"minCount": 1}}}),
+        pod_group_manifest("a", min_count=1),
         pod("a-0", group="a", gpu=4),
-        pod_group("z", spec={"schedulingPolicy": {"gang": {"minCount": 1}}, "priorityClassName": "high"}),
+        pod_group_manifest("z", min_count=1, priority_class="high"),
         pod("z-0", group="z", gpu=4),
     )
     groups = by_name(simulate_json(tmp_path)["podGroups"])
@@ -384,7 +333,7 @@ def test_unsupported_kinds_give_one_warning_line(tmp_path: Path) -> None:
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d2"}},
         # The native v1.36 PodGroup is another API: not read as a gangsched one.
         {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": {"name": "g"}},
-        pod_group("g", min_count=1),
+        pod_group_manifest("g", min_count=1),
         pod("g-0", group="g"),
     )
     result = simulate(tmp_path, "-o", "json")
@@ -407,8 +356,8 @@ def _invalid_cases() -> dict[str, tuple[str, str]]:
     bad_quantity["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2 cores"
     no_name = pod("p")
     del no_name["metadata"]["name"]
-    both = pod_group("g", spec={"schedulingPolicy": {"gang": {"minCount": 2}, "basic": {}}})
-    unknown = pod_group("g", spec={"schedulingPolicy": {"strict": {"minCount": 2}}})
+    both = pod_group_manifest("g", spec={"schedulingPolicy": {"gang": {"minCount": 2}, "basic": {}}})
+    unknown = pod_group_manifest("g", spec={"schedulingPolicy": {"strict": {"minCount": 2}}})
     bad_meta = pod("p")
     bad_meta["metadata"] = "p"
     bad_priority = pod("p")
@@ -447,7 +396,7 @@ INVALID = _invalid_cases()
 @pytest.mark.parametrize("case", list(INVALID))
 def test_invalid_input_exits_2_with_one_line(tmp_path: Path, case: str) -> None:
     content, expected = INVALID[case]
-    write(tmp_path / "ok.yaml", pod_group("fine", min_count=1))
+    write(tmp_path / "ok.yaml", pod_group_manifest("fine", min_count=1))
     path = tmp_path / "zz-input.yaml"
     path.write_text(content)
     result = simulate(tmp_path, "-o", "json")
@@ -488,7 +437,7 @@ def test_invalid_json(tmp_path: Path) -> None:
 def test_missing_priority_class_is_an_input_error(tmp_path: Path) -> None:
     path = write(
         tmp_path / "in.yaml",
-        pod_group("g", spec={"schedulingPolicy": {"basic": {}}, "priorityClassName": "nope"}),
+        pod_group_manifest("g", spec={"schedulingPolicy": {"basic": {}}, "priorityClassName": "nope"}),
     )
     result = simulate(path)
     assert result.exit_code == 2

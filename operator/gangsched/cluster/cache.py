@@ -1,11 +1,13 @@
 """What the scheduler believes: a watch-fed cache, its assumptions, and write tracking.
 
-The watch streams (kopf event handlers) feed `ClusterCache`. The binder's successful
-writes become *assumptions* layered over it until the watch confirms them, so the engine
-never sees a pod it just bound as pending (it would bind it twice) nor counts its
-capacity twice (once assumed, once observed). `WriteTracker` records the
-resourceVersions our writes returned; a group is decided again only once the cache has
-caught up with them (KEP-5647), see `ClusterCache.caught_up`.
+The watch streams (kopf event handlers) feed `ClusterCache`. Before the loop binds a pod it
+records an *assumption* layered over the cache until the watch confirms it, so the engine
+never sees a pod it just bound as pending (it would bind it twice) nor counts its capacity
+twice (once assumed, once observed). `GroupWrites` records, per group, the resourceVersions
+our writes returned and the bindings not yet seen; a group is decided again only once the
+cache has caught up with them (KEP-5647), see `ClusterCache.caught_up`.
+
+The cache's state is private: other modules read and change it only through its methods.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from gangsched.model import (
     Node,
     Pod,
     PodGroup,
-    PriorityClass,
+    PriorityClasses,
     parse_node,
     parse_pod,
     parse_pod_group,
@@ -91,10 +93,10 @@ class ClusterCache:
         self.nodes: dict[str, Node] = {}
         self.pods: dict[Key, Pod] = {}
         self.pod_groups: dict[Key, PodGroup] = {}
-        self.raw_pod_groups: dict[Key, Mapping[str, Any]] = {}
-        self.priority_classes: dict[str, PriorityClass] = {}
-        self.assumed: dict[Key, Assumed] = {}
-        self.writes: dict[Key, GroupWrites] = {}
+        self.priority_classes = PriorityClasses()
+        self._raw_pod_groups: dict[Key, Mapping[str, Any]] = {}
+        self._assumed: dict[Key, Assumed] = {}
+        self._writes: dict[Key, GroupWrites] = {}
         # Highest resourceVersion seen per resource ("pods", "podgroups", ...).
         self.observed_rv: dict[str, int] = {}
         # Objects the cache could not parse, with why: reported, never crash the loop.
@@ -102,6 +104,9 @@ class ClusterCache:
         self._by_group: dict[Key, set[Key]] = {}
         self.generation = 0  # bumped on every change that can alter a decision
         self._clock = clock
+        # Called with the seconds from an assumption to the watch showing that pod bound:
+        # the cache's lag behind our own writes (a metric).
+        self.on_confirmed: Callable[[float], None] | None = None
 
     # ------------------------------------------------------------------ feeding
 
@@ -109,12 +114,6 @@ class ClusterCache:
         rv = parse_rv(str((body.get("metadata") or {}).get("resourceVersion") or ""))
         if rv is not None and rv > self.observed_rv.get(resource, 0):
             self.observed_rv[resource] = rv
-
-    def priorities(self) -> dict[str, int]:
-        values = {name: pc.value for name, pc in self.priority_classes.items()}
-        default = next((pc.value for pc in self.priority_classes.values() if pc.global_default), 0)
-        values.setdefault("", default)
-        return values
 
     def apply_pod(self, event_type: str | None, body: Mapping[str, Any]) -> Key | None:
         """Apply one watch event; returns the pod's key (or None when the body is unusable)."""
@@ -125,14 +124,14 @@ class ClusterCache:
             if key in self.pods:
                 self.generation += 1
             self._remove_pod(key)
-            self.assumed.pop(key, None)
+            self._assumed.pop(key, None)
             self.invalid.pop(("Pod", *key), None)
             return key
         current = self.pods.get(key)
         if current is not None and _older(body, current.resource_version):
             return key  # a stale event (e.g. a late initial listing): the cache already knows better
         try:
-            pod = parse_pod(body, priorities=self.priorities())
+            pod = parse_pod(body, priorities=self.priority_classes)
         except ModelError as exc:
             self.invalid[("Pod", *key)] = str(exc)
             self._remove_pod(key)
@@ -145,10 +144,12 @@ class ClusterCache:
         self.pods[key] = pod
         if pod.pod_group is not None:
             self._by_group.setdefault((pod.namespace, pod.pod_group), set()).add(key)
-        assumed = self.assumed.get(key)
+        assumed = self._assumed.get(key)
         if assumed is not None and (pod.node_name or pod.uid != assumed.uid):
             # The watch caught up with our binding (or the pod was replaced): drop the overlay.
-            del self.assumed[key]
+            del self._assumed[key]
+            if pod.node_name and self.on_confirmed is not None:
+                self.on_confirmed(self._clock() - assumed.since)
         return key
 
     def _remove_pod(self, key: Key) -> None:
@@ -191,14 +192,14 @@ class ClusterCache:
             self.generation += 1  # our own status writes are not a change to react to
         if event_type == "DELETED":
             self.pod_groups.pop(key, None)
-            self.raw_pod_groups.pop(key, None)
-            self.writes.pop(key, None)
+            self._raw_pod_groups.pop(key, None)
+            self._writes.pop(key, None)
             return key
-        self.pod_groups[key] = parse_pod_group(body, priorities=self._class_values())
+        self.pod_groups[key] = parse_pod_group(body, priorities=self.priority_classes)
         # A projection, not the body (managedFields alone can be kilobytes): what re-parsing
         # after a PriorityClass change and the last written status need.
         meta = body.get("metadata") or {}
-        self.raw_pod_groups[key] = {
+        self._raw_pod_groups[key] = {
             "metadata": {k: meta[k] for k in _POD_GROUP_META if k in meta},
             "spec": body.get("spec") or {},
             "status": body.get("status") or {},
@@ -209,37 +210,55 @@ class ClusterCache:
         name = str((body.get("metadata") or {}).get("name") or "")
         self.generation += 1
         if event_type == "DELETED":
-            self.priority_classes.pop(name, None)
+            # Pods keep the priority admission gave them, and so do groups naming the class.
+            self.priority_classes.remove(name)
             return
         try:
-            self.priority_classes[name] = parse_priority_class(body)
+            self.priority_classes.set(parse_priority_class(body))
         except ModelError:
-            self.priority_classes.pop(name, None)
+            self.priority_classes.remove(name)
         # Groups that name this class may resolve now (or no longer).
-        for key, raw in list(self.raw_pod_groups.items()):
-            self.pod_groups[key] = parse_pod_group(raw, priorities=self._class_values())
-
-    def _class_values(self) -> dict[str, int]:
-        return {name: pc.value for name, pc in self.priority_classes.items()}
+        for key, raw in list(self._raw_pod_groups.items()):
+            self.pod_groups[key] = parse_pod_group(raw, priorities=self.priority_classes)
 
     # ------------------------------------------------------------------ assumptions and writes
 
     def assume(self, *, group: Key, pod: Pod, node: str) -> None:
-        """Record a successful binding before the watch shows it."""
+        """Count `pod` as bound to `node` from now on: the loop assumes before it sends the
+        Binding, and the assumption stays until the watch shows the pod bound (or `forget`)."""
         if pod.key in self.pods and self.pods[pod.key].node_name:
             return
-        self.assumed[pod.key] = Assumed(uid=pod.uid, node=node, since=self._clock())
-        self.writes.setdefault(group, GroupWrites()).pending_binds.add(pod.key)
+        self._assumed[pod.key] = Assumed(uid=pod.uid, node=node, since=self._clock())
+        self._writes.setdefault(group, GroupWrites()).pending_binds.add(pod.key)
         self.generation += 1
 
     def forget(self, key: Key) -> None:
         """Drop an assumption whose binding failed (the pod is pending again)."""
-        if self.assumed.pop(key, None) is not None:
+        if self._assumed.pop(key, None) is not None:
             self.generation += 1
+
+    def is_assumed(self, key: Key) -> bool:
+        return key in self._assumed
+
+    @property
+    def assumed_count(self) -> int:
+        return len(self._assumed)
+
+    def pending_binds(self, group: Key) -> set[Key]:
+        """Pods we bound for `group` whose binding the watch has not shown yet."""
+        writes = self._writes.get(group)
+        return set(writes.pending_binds) if writes is not None else set()
+
+    def status_write_observed(self, group: Key) -> None:
+        """Stop waiting for the watch to echo our last status write (it was ours; a live
+        read of the pods has replaced what the watch would have told)."""
+        writes = self._writes.get(group)
+        if writes is not None:
+            writes.pod_group_rv = None
 
     def wrote_pod_group(self, group: Key, resource_version: str | None) -> None:
         rv = parse_rv(resource_version)
-        writes = self.writes.setdefault(group, GroupWrites())
+        writes = self._writes.setdefault(group, GroupWrites())
         writes.pod_group_rv = rv if rv is not None else -1
 
     def caught_up(self, group: Key) -> bool | None:
@@ -248,10 +267,10 @@ class ClusterCache:
         True: decide from the cache. False: wait (requeue). None: a version was not an
         integer, so the cache cannot be compared: the caller must read live.
         """
-        writes = self.writes.get(group)
+        writes = self._writes.get(group)
         if writes is None:
             return True
-        writes.pending_binds = {k for k in writes.pending_binds if k in self.assumed}
+        writes.pending_binds = {k for k in writes.pending_binds if k in self._assumed}
         if writes.pending_binds:
             return False
         if writes.pod_group_rv is not None:
@@ -268,11 +287,17 @@ class ClusterCache:
         """Every pod, with assumed bindings applied: bound once, never pending twice."""
         out: list[Pod] = []
         for key, pod in self.pods.items():
-            assumed = self.assumed.get(key)
+            assumed = self._assumed.get(key)
             if assumed is not None and not pod.node_name and pod.uid == assumed.uid:
                 pod = dataclasses.replace(pod, node_name=assumed.node)
             out.append(pod)
         return out
+
+    def last_status(self, group: Key) -> Mapping[str, Any] | None:
+        """The PodGroup's status as the watch last showed it (None when it has none)."""
+        raw = self._raw_pod_groups.get(group) or {}
+        status: Mapping[str, Any] | None = raw.get("status") or None
+        return status
 
     def members(self, group: Key, *, assumed: bool = False) -> list[Pod]:
         """The pods labelled for `group` (with assumed bindings applied when `assumed`)."""
@@ -280,7 +305,7 @@ class ClusterCache:
         for key in self._by_group.get(group, ()):
             pod = self.pods[key]
             if assumed:
-                guess = self.assumed.get(key)
+                guess = self._assumed.get(key)
                 if guess is not None and not pod.node_name and pod.uid == guess.uid:
                     pod = dataclasses.replace(pod, node_name=guess.node)
             out.append(pod)

@@ -5,6 +5,7 @@
   :func:`create_nodes` writes them, status included.
 - :class:`NodeAgent` plays the kubelet for pods bound to fake nodes: it moves them to
   Running and completes graceful deletions. Tests end pods with :func:`finish_pod`.
+- :func:`open_stream` opens a raw watch through an ApiClient, for the agent.
 
 Why not KWOK: it is another Go binary to build and manage for behaviour that is a
 hundred lines of Python here, and these objects are fully under the tests' control.
@@ -30,7 +31,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gangsched._rawapi import MERGE_PATCH, open_stream, request_json
+from gangsched._rawapi import MERGE_PATCH, request_json
 
 logger = logging.getLogger(__name__)
 
@@ -479,6 +480,31 @@ def wait_for_pod(
         time.sleep(0.05)
 
 
+def open_stream(
+    api: client.ApiClient, path: str, *, query: Mapping[str, str | int | bool] | None = None
+) -> urllib3.BaseHTTPResponse:
+    """GET `path` and return the unread response, for watches: iterate it for lines.
+
+    Another thread may call ``shutdown()`` on it to end a blocked read at once. Only the
+    kubelet stand-in watches this way (gangsched itself watches through kopf), so it lives
+    here rather than beside ``request_json`` in the product.
+    """
+    request = api.param_serialize(
+        "GET",
+        path,
+        query_params=dict(query or {}),
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    rest_response = api.call_api(*request)
+    response: urllib3.BaseHTTPResponse = rest_response.response
+    if not 200 <= response.status <= 299:
+        rest_response.read()  # type: ignore[no-untyped-call]
+        response.release_conn()
+        raise ApiException.from_response(http_resp=rest_response, body=None, data=None)
+    return response
+
+
 # --------------------------------------------------------------------------------------------
 # The kubelet stand-in
 
@@ -728,6 +754,7 @@ __all__ = [
     "finish_pod",
     "node_ip",
     "node_manifests",
+    "open_stream",
     "parse_node_set",
     "pod_ip",
     "wait_for_pod",

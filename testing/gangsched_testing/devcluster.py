@@ -6,7 +6,7 @@ selectors), and starting it as two local processes needs neither docker nor kind
 
 There is no kube-controller-manager and no kubelet: nothing garbage-collects, nothing
 finalizes namespaces, nothing runs pods. :func:`delete_namespace` does the namespace
-controller's job, and :mod:`gangsched.fakenodes` provides nodes and a kubelet stand-in.
+controller's job, and :mod:`gangsched_testing.fakenodes` provides nodes and a kubelet stand-in.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gangsched import fakenodes
 from gangsched._rawapi import MERGE_PATCH, request_json
+from gangsched_testing import fakenodes
 
 K8S_VERSION: Final = "v1.36.3"
 
@@ -822,9 +822,10 @@ def delete_namespace(api: client.ApiClient, *, name: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# python -m gangsched.devcluster
+# python -m gangsched_testing.devcluster
 
 
+# parents[2]: the repository root, from testing/gangsched_testing/devcluster.py
 CRD_PATH: Final = Path(__file__).resolve().parents[2] / "crds" / "podgroup.yaml"
 
 
@@ -953,7 +954,7 @@ class OperatorProcess:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a control plane in the foreground until Ctrl-C, for people and `make dev-cluster`."""
     parser = argparse.ArgumentParser(
-        prog="python -m gangsched.devcluster",
+        prog="python -m gangsched_testing.devcluster",
         description=f"A local kube-apiserver {K8S_VERSION} + etcd, with optional fake nodes.",
     )
     parser.add_argument(
@@ -962,7 +963,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[],
         metavar="SPEC",
         help="fake nodes to create, e.g. zones=2,blocks=2,racks=4,hosts=4,gpu=8 or count=3,cpu=16 "
-        "(repeatable; see gangsched.fakenodes.parse_node_set)",
+        "(repeatable; see gangsched_testing.fakenodes.parse_node_set)",
     )
     parser.add_argument(
         "--no-agent",

@@ -1,0 +1,11 @@
+"""What gangsched believes about the cluster, and how it checks.
+
+cache  the watch-fed cache: small projections of pods, nodes, PodGroups and PriorityClasses,
+       assumptions for bindings in flight, resourceVersions of our own writes
+live   live reads next to the cache: priming, catching up when the watch lags, finished pods
+"""
+
+from gangsched.cluster.cache import ClusterCache, Key, parse_rv
+from gangsched.cluster.live import LiveReader
+
+__all__ = ["ClusterCache", "Key", "LiveReader", "parse_rv"]

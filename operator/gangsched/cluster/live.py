@@ -1,0 +1,139 @@
+"""Live reads: when the watch cannot be trusted or cannot tell, ask the apiserver directly.
+
+- priming: consistent LISTs fill the cache before the first decision (kopf gives event
+  handlers no "initial listing done" signal);
+- a group whose writes the watch has not echoed in time is read live (KEP-5647 fallback);
+- a pod that leaves the watch of unfinished pods is read to tell "finished" from "deleted";
+- finished members of our groups, which the watch does not carry, are re-listed now and then;
+- after a Binding conflict the pod is re-read: believe the server, not the cache.
+
+Everything read is applied to the cache here, so other modules never feed it by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from gangsched.cluster.cache import ClusterCache, Key
+from gangsched.model import GROUP, LIVE_PODS_SELECTOR, PLURAL, POD_GROUP_LABEL, TERMINAL_PHASES, VERSION
+from gangsched.transport import Query, Transport
+
+log = logging.getLogger(__name__)
+
+
+def _deleted(key: Key) -> dict[str, Any]:
+    return {"metadata": {"namespace": key[0], "name": key[1]}}
+
+
+class LiveReader:
+    """Reads through `transport` and applies what it reads to `cache`."""
+
+    def __init__(self, *, cache: ClusterCache, transport: Transport, scheduler_name: str) -> None:
+        self.cache = cache
+        self.transport = transport
+        self.scheduler_name = scheduler_name
+
+    async def prime(self) -> None:
+        """Fill the cache from consistent LISTs, so the first decision sees every bound pod."""
+        cache = self.cache
+        lists: list[tuple[Any, str, Query]] = [
+            (cache.apply_priority_class, "/apis/scheduling.k8s.io/v1/priorityclasses", {}),
+            (cache.apply_node, "/api/v1/nodes", {}),
+            (cache.apply_pod, "/api/v1/pods", {"fieldSelector": LIVE_PODS_SELECTOR}),
+            (cache.apply_pod_group, f"/apis/{GROUP}/{VERSION}/{PLURAL}", {}),
+        ]
+        for apply, path, query in lists:
+            for item in await self.transport.list(path, query=query):
+                apply("LISTED", item)
+        for item in await self.finished_members():
+            cache.apply_pod("LISTED", item)
+        log.info(
+            "cache primed: %d nodes, %d pods, %d PodGroups",
+            len(cache.nodes),
+            len(cache.pods),
+            len(cache.pod_groups),
+        )
+
+    async def read_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """A live (quorum) read, for when the cache cannot be trusted."""
+        try:
+            result: Mapping[str, Any] = await self.transport.call(
+                "GET", f"/api/v1/namespaces/{namespace}/pods/{name}"
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return result
+
+    async def finished_members(self) -> list[Mapping[str, Any]]:
+        """Finished pods of our PodGroups (the pod watch does not carry finished pods)."""
+        out: list[Mapping[str, Any]] = []
+        for phase in sorted(TERMINAL_PHASES):
+            query: Query = {
+                "fieldSelector": f"spec.schedulerName={self.scheduler_name},status.phase={phase}",
+                "labelSelector": POD_GROUP_LABEL,
+            }
+            out += await self.transport.list("/api/v1/pods", query=query)
+        return out
+
+    async def refresh_pod(self, key: Key) -> None:
+        """Replace what the cache holds for one pod with what the server says now."""
+        body = await self.read_pod(*key)
+        if body is None:
+            self.cache.apply_pod("DELETED", _deleted(key))
+        else:
+            self.cache.apply_pod("MODIFIED", body)
+
+    async def catch_up(self, group: Key) -> None:
+        """The watch is late or versions are not comparable: read the pods we bound directly."""
+        for pod_key in self.cache.pending_binds(group):
+            body = await self.read_pod(*pod_key)
+            if body is None:
+                self.cache.apply_pod("DELETED", _deleted(pod_key))
+            elif (body.get("spec") or {}).get("nodeName"):
+                self.cache.apply_pod("MODIFIED", body)
+        self.cache.status_write_observed(group)  # the status we wrote is ours; the rest comes from the watch
+
+    async def pod_gone(self, body: Mapping[str, Any]) -> None:
+        """A DELETED event from the watch of unfinished pods: the pod is gone, or it finished.
+
+        For members of our groups the difference matters (Succeeded/Failed counts, phase), so
+        they are read live; everything else simply leaves the cache (it holds no capacity).
+        """
+        meta = body.get("metadata") or {}
+        spec = body.get("spec") or {}
+        if spec.get("schedulerName") == self.scheduler_name and POD_GROUP_LABEL in (meta.get("labels") or {}):
+            try:
+                live = await self.read_pod(str(meta.get("namespace") or "default"), str(meta.get("name")))
+            except Exception as exc:
+                log.warning("could not read pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
+                live = None
+            if (
+                live is not None
+                and (live.get("metadata") or {}).get("uid") == meta.get("uid")
+                and (live.get("status") or {}).get("phase") in TERMINAL_PHASES
+            ):
+                self.cache.apply_pod("MODIFIED", live)
+                return
+        self.cache.apply_pod("DELETED", body)
+
+    async def resync_finished(self) -> None:
+        """Finished members leave the watch; re-list them now and then to see deletions."""
+        try:
+            items = await self.finished_members()
+        except Exception as exc:
+            log.warning("could not list finished pods: %s", exc)
+            return
+        seen = set()
+        for item in items:
+            meta = item.get("metadata") or {}
+            seen.add((str(meta.get("namespace")), str(meta.get("name"))))
+            self.cache.apply_pod("LISTED", item)
+        for key, pod in list(self.cache.pods.items()):
+            if pod.terminal and pod.scheduler_name == self.scheduler_name and key not in seen:
+                self.cache.apply_pod("DELETED", _deleted(key))

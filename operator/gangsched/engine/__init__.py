@@ -1,0 +1,32 @@
+"""The placement engine: pure, vectorised, shared by `gangsched run` and `gangsched simulate`.
+
+One job per module, lowest first:
+  snapshot     nodes as numpy rows; eligibility of a pod shape; topology domains
+  types        what goes in (GroupRequest) and comes out (GroupDecision, CycleResult)
+  queue        pending pods -> groups, gates that need no placement, queue order
+  capacity     a group's pod classes and what fits per node and domain (the public
+               interface the placer, explanation, reservation, and later preemption and
+               device allocation share)
+  fill         laying pods along a node order: vectorised first-fit, bounded exact search
+  placer       domain ranking and the descent through Preferred levels
+  explain      why a group does not fit, in one line
+  reservation  anti-starvation: nodes held back for a group that waited too long
+  cycle        one cycle: every group in queue order on one snapshot
+"""
+
+from gangsched.engine.cycle import schedule_cycle, schedule_groups
+from gangsched.engine.queue import queue_order
+from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS
+from gangsched.engine.snapshot import Snapshot
+from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest
+
+__all__ = [
+    "DEFAULT_RESERVATION_AFTER_SECONDS",
+    "CycleResult",
+    "GroupDecision",
+    "GroupRequest",
+    "Snapshot",
+    "queue_order",
+    "schedule_cycle",
+    "schedule_groups",
+]

@@ -1,0 +1,135 @@
+"""Why a group did not fit, in kube-scheduler's style, one line:
+
+    12/16 nodes eligible for 9 pods: 4 Insufficient nvidia.com/gpu; best block z0-b1 fits 8/9
+    (limited by nvidia.com/gpu)
+
+Per-node reasons are counted for the group's main class (the one with the most pods) with
+vector operations: this runs for every unschedulable group, every cycle.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import numpy.typing as npt
+
+from gangsched.engine.capacity import GroupCapacity, PodClass
+from gangsched.engine.fill import greedy
+from gangsched.engine.placer import Placer
+from gangsched.engine.snapshot import (
+    INSUFFICIENT,
+    MISSING_LABEL,
+    NOT_READY,
+    OK,
+    RESERVED,
+    SELECTOR,
+    TAINT,
+    UNSCHEDULABLE,
+    IntArray,
+)
+
+_FIXED_REASONS = {
+    UNSCHEDULABLE: "node(s) were unschedulable",
+    NOT_READY: "node(s) were not ready",
+    SELECTOR: "node(s) didn't match node selector/affinity",
+    RESERVED: "reserved for a waiting higher-priority gang",
+}
+
+
+def explain(cap: GroupCapacity, placer: Placer) -> str:
+    """Why the group does not fit: per-node reasons for its main shape, and the best domain."""
+    snap = cap.snap
+    n = len(snap.nodes)
+    if not cap.classes:
+        return "no pending pods"
+    main = max(range(len(cap.classes)), key=lambda k: cap.counts[k])
+    cls = cap.classes[main]
+    reason = cls.eligibility.reason.copy()
+    reason[(reason == OK) & cap.missing_label] = MISSING_LABEL
+    if cap.blocked is not None:
+        reason[(reason == OK) & cap.blocked] = RESERVED
+    insufficient = (reason == OK) & (cap.caps[main] == 0)
+    reason[insufficient] = INSUFFICIENT
+    counter = _reason_counts(cap, reason, cls)
+    eligible = int(np.count_nonzero(reason == OK))
+    pods = cap.total
+    head = f"{eligible}/{n} nodes eligible for {pods} pod{'s' if pods != 1 else ''}"
+    parts = [f"{count} {text}" for text, count in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))]
+    message = head + (": " + ", ".join(parts) if parts else "")
+    want = max(cap.need, 1)
+    if cap.bound_nodes and cap.required_depth >= 0:
+        ids, _ = snap.domains(cap.required_keys)
+        if len({int(ids[i]) for i in cap.bound_nodes}) > 1:
+            message += "; bound members already span several domains of the Required level"
+    best = _best_partial(cap, placer)
+    if best is not None:
+        message += f"; {best[0]} fits {best[1]}/{want}"
+        limits = _bottlenecks(cap, np.flatnonzero(reason == OK), cls)
+        if limits:
+            message += f" (limited by {limits.most_common(1)[0][0]})"
+    else:
+        message += f"; needs {want} pod{'s' if want != 1 else ''} placed together"
+    return message
+
+
+def _best_partial(cap: GroupCapacity, placer: Placer) -> tuple[str, int] | None:
+    """The domain (innermost Required level, else the cluster) that gets closest to fitting."""
+    nodes = np.flatnonzero(np.any([c > 0 for c in cap.caps], axis=0)) if cap.caps else np.array([])
+    if nodes.size == 0:
+        return None
+    all_classes = list(range(len(cap.classes)))
+    if cap.required_depth < 0:
+        attempt = greedy(cap, placer.order_leaves(nodes, cap.main_units(cap.total)), all_classes)
+        return "cluster", attempt.placed
+    ids_all, paths = cap.snap.domains(cap.required_keys)
+    pinned = cap.pinned_domains(ids_all)
+    if pinned is not None:
+        # Bound members pin the domain: the explanation is about that domain only.
+        if len(pinned) != 1:
+            return None
+        nodes = nodes[ids_all[nodes] == next(iter(pinned))]
+        if nodes.size == 0:
+            return None
+    ids = ids_all[nodes]
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    bound, _ = cap.domain_capacity(inverse, nodes, uniq.size)
+    top = int(np.argmax(bound))
+    order = placer.order_leaves(nodes[inverse == top], cap.main_units(cap.total))
+    attempt = greedy(cap, order, all_classes)
+    key = cap.required_keys[-1].rsplit("/", 1)[-1]
+    return f"best {key} {'-'.join(paths[int(uniq[top])])}", attempt.placed
+
+
+def _reason_counts(cap: GroupCapacity, reason: npt.NDArray[np.int8], cls: PodClass) -> Counter[str]:
+    """Nodes per reason, vectorised."""
+    counts = np.bincount(reason, minlength=RESERVED + 1)
+    counter: Counter[str] = Counter()
+    for code, text in _FIXED_REASONS.items():
+        if counts[code]:
+            counter[text] = int(counts[code])
+    if counts[TAINT]:  # few nodes: only tainted ones can get here
+        for i in np.flatnonzero(reason == TAINT):
+            counter[f"untolerated taint {cls.eligibility.taint_of[int(i)]}"] += 1
+    if counts[MISSING_LABEL]:
+        missing = np.flatnonzero(reason == MISSING_LABEL)
+        for key in cap.required_keys:
+            codes, _ = cap.snap.label_codes(key)
+            lacking = missing[codes[missing] < 0]
+            if lacking.size:
+                counter[f"missing label {key}"] += int(lacking.size)
+            missing = missing[codes[missing] >= 0]
+    if counts[INSUFFICIENT]:
+        for name, count in _bottlenecks(cap, np.flatnonzero(reason == INSUFFICIENT), cls).items():
+            counter[f"Insufficient {name}"] += count
+    return counter
+
+
+def _bottlenecks(cap: GroupCapacity, nodes: IntArray, cls: PodClass) -> Counter[str]:
+    """Per resource: on how many of `nodes` it is what limits how many pods of `cls` fit."""
+    if nodes.size == 0:
+        return Counter()
+    cols = np.flatnonzero(cls.request > 0)
+    ratio = np.maximum(cap.free[np.ix_(nodes, cols)], 0) / cls.request[cols]
+    worst = np.bincount(np.argmin(ratio, axis=1), minlength=cols.size)
+    return Counter({cap.snap.resource_name(int(cols[j])): int(worst[j]) for j in np.flatnonzero(worst)})

@@ -1,0 +1,154 @@
+"""From pods to the engine's queue: which pending pods form which group, which groups wait
+for something other than capacity (gates), and the order groups are decided in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gangsched.engine.types import GroupDecision, GroupRequest
+from gangsched.model import Pod, PodGroup, Reason
+
+Key = tuple[str, str]
+
+
+def queue_order(groups: Iterable[GroupRequest]) -> list[GroupRequest]:
+    """Priority (higher first), then creation time, then namespace/name."""
+    return sorted(groups, key=lambda g: (-g.priority, g.created, g.namespace, g.name))
+
+
+@dataclass(slots=True)
+class Queue:
+    """The groups of one cycle: those to place, in no particular order, and those gated."""
+
+    requests: list[GroupRequest] = field(default_factory=list)
+    # Decisions that need no placement (missing or invalid group, too few pods, ...).
+    gated: list[GroupDecision] = field(default_factory=list)
+    # Every pending pod this cycle considers, in the order it was given.
+    pending: list[Pod] = field(default_factory=list)
+
+
+def build_queue(
+    pods: Sequence[Pod],
+    pod_groups: Sequence[PodGroup],
+    *,
+    scheduler_name: str,
+    waiting_seconds: Mapping[Key, float],
+    exclude_pods: frozenset[Key],
+) -> Queue:
+    """Group the pending pods of `scheduler_name`: by PodGroup label, else one pod a group."""
+    groups_by_key = {g.key: g for g in pod_groups}
+    members: dict[Key, list[Pod]] = {}
+    scheduler_names: dict[Key, set[str]] = {}
+    queue = Queue()
+    for pod in pods:
+        if pod.pod_group is not None:
+            key = (pod.namespace, pod.pod_group)
+            if not pod.terminal:
+                scheduler_names.setdefault(key, set()).add(pod.scheduler_name)
+            if pod.scheduler_name == scheduler_name:
+                members.setdefault(key, []).append(pod)
+        if (
+            pod.scheduler_name == scheduler_name
+            and not pod.node_name
+            and not pod.terminal
+            and not pod.deleting
+            and not pod.scheduling_gated
+            and pod.key not in exclude_pods
+        ):
+            queue.pending.append(pod)
+
+    pending_by_group: dict[Key, list[Pod]] = {}
+    for pod in queue.pending:
+        if pod.pod_group is not None:
+            pending_by_group.setdefault((pod.namespace, pod.pod_group), []).append(pod)
+    seen_groups: set[Key] = set()
+    for pod in queue.pending:
+        if pod.pod_group is None:
+            queue.requests.append(_single_pod(pod, waiting_seconds.get(pod.key, 0.0)))
+            continue
+        key = (pod.namespace, pod.pod_group)
+        if key in seen_groups:
+            continue
+        seen_groups.add(key)
+        group_pending = pending_by_group[key]
+        decision = gate_group(
+            key, groups_by_key.get(key), members.get(key, []), scheduler_names.get(key, set())
+        )
+        if decision is not None:
+            decision.pending = group_pending
+            queue.gated.append(decision)
+            continue
+        queue.requests.append(
+            _group(groups_by_key[key], group_pending, members.get(key, []), waiting_seconds.get(key, 0.0))
+        )
+    return queue
+
+
+def _single_pod(pod: Pod, waiting: float) -> GroupRequest:
+    return GroupRequest(
+        namespace=pod.namespace,
+        name=pod.name,
+        min_count=1,
+        is_gang=False,
+        topology=(),
+        pending=[pod],
+        priority=pod.priority,
+        created=pod.created,
+        waiting_seconds=waiting,
+        is_pod_group=False,
+    )
+
+
+def _group(group: PodGroup, pending: list[Pod], members: list[Pod], waiting: float) -> GroupRequest:
+    assert group.spec is not None
+    bound = [p for p in members if p.node_name and not p.terminal]
+    pod_priority = max((p.priority for p in pending), default=0)
+    has_priority = group.spec.priority is not None or group.spec.priority_class_name
+    return GroupRequest(
+        namespace=group.namespace,
+        name=group.name,
+        min_count=group.spec.min_count,
+        is_gang=group.spec.is_gang,
+        topology=group.spec.scheduling_constraints.topology,
+        pending=pending,
+        bound=bound,
+        priority=group.priority if has_priority else pod_priority,
+        created=group.created,
+        waiting_seconds=waiting,
+    )
+
+
+def gate_group(
+    key: Key,
+    group: PodGroup | None,
+    members: list[Pod],
+    scheduler_names: set[str],
+) -> GroupDecision | None:
+    """Decisions that need no placement: missing or invalid group, mixed schedulers, too few pods."""
+    namespace, name = key
+
+    def unplaced(reason: Reason, message: str) -> GroupDecision:
+        return GroupDecision(namespace=namespace, name=name, scheduled=False, reason=reason, message=message)
+
+    if group is None:
+        return unplaced(
+            Reason.POD_GROUP_NOT_FOUND,
+            f"PodGroup {namespace}/{name} not found; its pods wait until it is created",
+        )
+    if group.spec is None:
+        return unplaced(Reason.UNSCHEDULABLE, f"invalid PodGroup: {group.spec_error}")
+    if len(scheduler_names) > 1:
+        return unplaced(
+            Reason.UNSCHEDULABLE,
+            "pods of one PodGroup must share one schedulerName; found " + ", ".join(sorted(scheduler_names)),
+        )
+    # Gated pods are not ready to be scheduled yet, as in kube-scheduler's PreEnqueue.
+    alive = [p for p in members if not p.terminal and not p.deleting and not p.scheduling_gated]
+    if group.spec.is_gang and len(alive) < group.spec.min_count:
+        return unplaced(
+            Reason.WAITING_FOR_PODS,
+            f"waiting for pods: {len(alive)}/{group.spec.min_count} of minCount exist",
+        )
+    return None

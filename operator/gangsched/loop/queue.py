@@ -1,0 +1,107 @@
+"""The scheduling queue: which groups may be decided now, and the backoff of those that failed.
+
+As in kube-scheduler, the queue owns backoff. A group is decided when it is not binding,
+its backoff has passed and the cluster changed since the snapshot it last failed on (or
+`resync_seconds` went by). Unschedulable groups retry `backoff_initial_seconds` after a
+change; with no change the backoff doubles up to `backoff_max_seconds`. Groups waiting for
+pods or for their PodGroup have no backoff: the next pod or PodGroup event settles them.
+(Whether the cache has caught up with our own writes is checked by the loop, with the cache.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gangsched.cluster import Key
+from gangsched.loop.config import SchedulerConfig
+from gangsched.model import Reason
+
+
+@dataclass(slots=True)
+class GroupState:
+    backoff: float = 0.0
+    next_attempt: float = 0.0
+    # The cache generation of the snapshot the group last failed on (-1: it did not fail).
+    failed_generation: int = -1
+    last_attempt: float = 0.0
+    unschedulable_since: float | None = None
+    binding: bool = False
+    # Since when the cache has been behind our writes for this group (KEP-5647 wait).
+    behind_since: float | None = None
+
+
+class SchedulingQueue:
+    def __init__(self, *, config: SchedulerConfig, wake_later: Callable[[float], None]) -> None:
+        self.config = config
+        self._wake_later = wake_later
+        self._states: dict[Key, GroupState] = {}
+
+    def state(self, key: Key) -> GroupState:
+        state = self._states.get(key)
+        if state is None:
+            state = self._states[key] = GroupState()
+        return state
+
+    def binding(self, key: Key) -> bool:
+        state = self._states.get(key)
+        return state is not None and state.binding
+
+    def due(self, key: Key, now: float, generation: int) -> bool:
+        """Has the backoff passed, and is there a reason to try again (a change, or time)?"""
+        state = self.state(key)
+        if now < state.next_attempt:
+            self._wake_later(state.next_attempt - now)
+            return False
+        # Not again while nothing changed since it last failed (but now and then anyway).
+        unchanged = state.failed_generation == generation
+        return not (unchanged and now - state.last_attempt < self.config.resync_seconds)
+
+    def scheduled(self, key: Key) -> None:
+        """The group was placed: no backoff, and it binds until `bound` is called."""
+        state = self.state(key)
+        state.backoff = 0.0
+        state.next_attempt = 0.0
+        state.unschedulable_since = None
+        state.failed_generation = -1
+        state.binding = True
+
+    def bound(self, key: Key) -> None:
+        self.state(key).binding = False
+
+    def unplaced(self, key: Key, reason: Reason, now: float, seen_generation: int) -> None:
+        """The group was decided and not placed on the snapshot of `seen_generation`."""
+        state = self.state(key)
+        config = self.config
+        changed = state.failed_generation not in (-1, seen_generation)
+        state.failed_generation = seen_generation
+        state.last_attempt = now
+        if reason.waits_for_objects:
+            state.backoff = state.next_attempt = 0.0
+        elif changed:
+            # It failed on a changed cluster: retry soon after the next change.
+            state.backoff = config.backoff_initial_seconds
+            state.next_attempt = now + state.backoff
+        else:
+            doubled = max(state.backoff * 2, config.backoff_initial_seconds)
+            state.backoff = min(doubled, config.backoff_max_seconds)
+            state.next_attempt = now + state.backoff
+            self._wake_later(state.backoff)
+        if state.unschedulable_since is None and not reason.waits_for_objects:
+            state.unschedulable_since = now
+
+    def waiting_seconds(self, now: float) -> dict[Key, float]:
+        """How long each unschedulable group has waited (drives the reservation)."""
+        return {
+            key: now - state.unschedulable_since
+            for key, state in self._states.items()
+            if state.unschedulable_since is not None
+        }
+
+    def forget(self, key: Key) -> None:
+        self._states.pop(key, None)
+
+    def collect(self, exists: Callable[[Key], bool]) -> None:
+        """Drop the state of groups that no longer exist (and are not binding)."""
+        for key in [k for k, s in self._states.items() if not exists(k) and not s.binding]:
+            del self._states[key]

@@ -1,0 +1,100 @@
+"""Partial gangs: repaired when possible, rolled back when not.
+
+A gang is partial when some members hold nodes but fewer than `minCount` (counting
+succeeded members and assumed bindings) are bound: a member could not be bound, was
+deleted, or its node went away. The engine places its remaining pods inside the domain the
+bound members pin, like any pending pods. If the gang stays partial for
+`scheduleTimeoutSeconds` (default `default_schedule_timeout_seconds`), its bound members are
+deleted with a `Timeout` Event, so their controller recreates the gang whole. A gang with a
+failed member is not partial but finished (phase Failed): its pods are left to their
+controller. (Later, the preemption executor lives beside this: both evict pods on purpose.)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from gangsched.binder import Binder, pod_group_ref
+from gangsched.cluster import ClusterCache, Key
+from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.queue import SchedulingQueue
+from gangsched.loop.report import Reporter
+from gangsched.metrics import Metrics
+from gangsched.model import EventReason, Pod, Reason
+from gangsched.status import Counts, Verdict
+
+log = logging.getLogger(__name__)
+
+
+class GangRepair:
+    def __init__(
+        self,
+        *,
+        cache: ClusterCache,
+        binder: Binder,
+        queue: SchedulingQueue,
+        reporter: Reporter,
+        metrics: Metrics,
+        config: SchedulerConfig,
+        wake_later: Callable[[float], None],
+    ) -> None:
+        self.cache = cache
+        self.binder = binder
+        self.queue = queue
+        self.reporter = reporter
+        self.metrics = metrics
+        self.config = config
+        self._wake_later = wake_later
+        self._partial_since: dict[Key, float] = {}
+
+    async def check(self, now: float) -> None:
+        """Start, keep or stop the clock of every partial gang; roll back those out of time."""
+        for key, group in list(self.cache.pod_groups.items()):
+            if group.spec is None or not group.spec.is_gang or not self.config.in_scope(key[0]):
+                continue
+            members = [p for p in self.cache.members(key) if p.scheduler_name == self.config.scheduler_name]
+            counts = Counts.of(members)
+            assumed = sum(1 for p in members if self.cache.is_assumed(p.key))
+            partial = (
+                counts.active + assumed > 0
+                and counts.active + assumed + counts.succeeded < group.spec.min_count
+                and counts.failed == 0
+                and not self.queue.binding(key)
+            )
+            if not partial:
+                self._partial_since.pop(key, None)
+                continue
+            since = self._partial_since.get(key)
+            if since is None:
+                self._partial_since[key] = now
+                continue
+            timeout = group.spec.schedule_timeout_seconds or self.config.default_schedule_timeout_seconds
+            if now - since < timeout:
+                self._wake_later(timeout - (now - since))
+                continue
+            del self._partial_since[key]
+            await self._roll_back(key, group.uid, group.spec.min_count, counts, members, timeout)
+
+    async def _roll_back(
+        self, key: Key, uid: str, min_count: int, counts: Counts, members: list[Pod], timeout: float
+    ) -> None:
+        bound = [p for p in members if p.node_name and not p.terminal]
+        message = (
+            f"only {counts.active}/{min_count} pods could be bound within {timeout:.0f}s; "
+            f"deleting the {len(bound)} bound pods so the gang is not left partial"
+        )
+        log.warning("PodGroup %s/%s: %s", *key, message)
+        self.metrics.rollbacks.inc()
+        self.reporter.set_verdict(key, Verdict(reason=Reason.TIMEOUT, message=message))
+        await self.binder.event(
+            involved=pod_group_ref(*key, uid),
+            event_type="Warning",
+            reason=EventReason.TIMEOUT,
+            message=message,
+        )
+        for pod in bound:
+            await self.binder.delete_pod(pod, reason="gang rollback")
+
+    def forget(self, key: Key) -> None:
+        self._partial_since.pop(key, None)

@@ -1,0 +1,110 @@
+"""What users see of a decision: the PodGroup status and the Events that go with a verdict.
+
+The loop records a `Verdict` per group; this module turns verdicts into status writes (only
+when the status would change, and recording the resourceVersion each write returns, so the
+group waits for the watch to echo it) and into Events, once per distinct message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from gangsched.binder import Binder, now_rfc3339, pod_group_ref, pod_ref
+from gangsched.cluster import ClusterCache, Key
+from gangsched.engine import GroupDecision
+from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.tasks import Tasks
+from gangsched.model import EventReason, Reason
+from gangsched.status import Verdict, build_status, same_status
+
+log = logging.getLogger(__name__)
+
+
+class Reporter:
+    def __init__(self, *, cache: ClusterCache, binder: Binder, config: SchedulerConfig, tasks: Tasks) -> None:
+        self.cache = cache
+        self.binder = binder
+        self.config = config
+        self.tasks = tasks
+        self._verdicts: dict[Key, Verdict] = {}
+        self._written: dict[Key, dict[str, Any]] = {}
+        self._last_event: dict[Key, str] = {}
+        self._pod_events_sent: dict[Key, str] = {}
+        self._dirty: set[Key] = set()  # groups whose status may need a write
+
+    def verdict(self, key: Key) -> Verdict:
+        return self._verdicts.get(key) or Verdict()
+
+    def set_verdict(self, key: Key, verdict: Verdict) -> None:
+        self._verdicts[key] = verdict
+        self._dirty.add(key)
+
+    def mark(self, key: Key) -> None:
+        """The group's status may have changed (a member did): check it at the end of the cycle."""
+        self._dirty.add(key)
+
+    def binding_done(self, key: Key) -> None:
+        v = self.verdict(key)
+        self.set_verdict(key, Verdict(reason=v.reason, message=v.message, binding=False, domain=v.domain))
+
+    def unplaced(self, decision: GroupDecision) -> None:
+        """Record a group the engine did not place, and tell its PodGroup (or its pods) why."""
+        key = decision.key
+        self._verdicts[key] = Verdict(reason=decision.reason, message=decision.message)
+        if decision.is_pod_group and decision.reason != Reason.POD_GROUP_NOT_FOUND:
+            self._dirty.add(key)
+            if self._last_event.get(key) == decision.message:
+                return
+            self._last_event[key] = decision.message
+            group = self.cache.pod_groups.get(key)
+            if group is not None:
+                event_type = "Warning" if decision.reason != Reason.WAITING_FOR_PODS else "Normal"
+                self.post(pod_group_ref(*key, group.uid), event_type, decision.reason, decision.message)
+            return
+        # A pod alone, or pods whose PodGroup is missing: tell each pod, once per message.
+        for pod in decision.pending:
+            if self._pod_events_sent.get(pod.key) != decision.message:
+                self._pod_events_sent[pod.key] = decision.message
+                self.post(pod_ref(pod), "Warning", EventReason.FAILED_SCHEDULING, decision.message)
+
+    def post(self, involved: dict[str, str], event_type: str, reason: str, message: str) -> None:
+        """An Event, in the background (best effort: a lost Event never stops scheduling)."""
+        self.tasks.spawn(
+            self.binder.event(involved=involved, event_type=event_type, reason=reason, message=message),
+            name=f"event {reason} {involved['namespace']}/{involved['name']}",
+        )
+
+    async def write_statuses(self) -> None:
+        dirty, self._dirty = self._dirty, set()
+        for key in dirty:
+            group = self.cache.pod_groups.get(key)
+            if group is None or not self.config.in_scope(key[0]):
+                continue
+            members = self.cache.members(key, assumed=True)
+            previous = self._written.get(key) or self.cache.last_status(key)
+            status = build_status(group, members, self.verdict(key), previous=previous, now=now_rfc3339())
+            if same_status(status, previous):
+                continue
+            try:
+                rv = await self.binder.patch_pod_group_status(key[0], key[1], status)
+            except Exception as exc:
+                log.warning("could not write status of PodGroup %s/%s: %s", *key, exc)
+                self._dirty.add(key)
+                continue
+            self._written[key] = status
+            if rv is not None:
+                self.cache.wrote_pod_group(key, rv)
+
+    def forget(self, key: Key) -> None:
+        for table in (self._verdicts, self._written, self._last_event):
+            table.pop(key, None)
+
+    def collect(self, exists: Callable[[Key], bool], pod_exists: Callable[[Key], bool]) -> None:
+        """Drop what is remembered about groups and pods that no longer exist."""
+        for key in [k for k in self._pod_events_sent if not pod_exists(k)]:
+            del self._pod_events_sent[key]
+        for table in (self._verdicts, self._written, self._last_event):
+            for key in [k for k in table if not exists(k)]:
+                del table[key]

@@ -1,0 +1,232 @@
+"""The scheduling loop: cache -> engine -> binding pipeline, one asyncio task.
+
+Each cycle: pick the groups that may be decided now (the queue's backoff is over, and the
+cache has caught up with our own writes for them, else read live), run the engine on a
+snapshot of the cache in a worker thread, record verdicts, and start the binding pipeline
+for each decided gang as a background task; then repair partial gangs and write statuses.
+Any cluster change wakes the loop. docs/architecture.md has the why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from gangsched.binder import Binder
+from gangsched.cluster import ClusterCache, Key, LiveReader
+from gangsched.engine import CycleResult, schedule_cycle
+from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.pipeline import BindingPipeline, GangPlan, PreBindStep
+from gangsched.loop.queue import SchedulingQueue
+from gangsched.loop.repair import GangRepair
+from gangsched.loop.report import Reporter
+from gangsched.loop.tasks import Tasks
+from gangsched.metrics import Metrics
+from gangsched.model import Pod, Reason
+from gangsched.status import Verdict
+
+log = logging.getLogger(__name__)
+
+# Every this many cycles, state about vanished pods and groups is dropped.
+_COLLECT_EVERY_CYCLES = 200
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        cache: ClusterCache,
+        binder: Binder,
+        live: LiveReader,
+        config: SchedulerConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        metrics: Metrics | None = None,
+        steps: tuple[PreBindStep, ...] = (),
+    ) -> None:
+        self.cache = cache
+        self.binder = binder
+        self.live = live
+        self.config = config or SchedulerConfig()
+        self.clock = clock
+        self.metrics = metrics or Metrics()
+        self.tasks = Tasks()
+        self.queue = SchedulingQueue(config=self.config, wake_later=self.wake_later)
+        self.reporter = Reporter(cache=cache, binder=binder, config=self.config, tasks=self.tasks)
+        self.pipeline = BindingPipeline(
+            cache=cache,
+            live=live,
+            binder=binder,
+            reporter=self.reporter,
+            metrics=self.metrics,
+            config=self.config,
+            steps=steps,
+        )
+        self.repair = GangRepair(
+            cache=cache,
+            binder=binder,
+            queue=self.queue,
+            reporter=self.reporter,
+            metrics=self.metrics,
+            config=self.config,
+            wake_later=self.wake_later,
+        )
+        self.heartbeat = clock()
+        self.cycles = 0
+        self._wake = asyncio.Event()
+        self._finished_synced = clock()
+
+    # ------------------------------------------------------------------ wiring
+
+    def wake(self, group: Key | None = None) -> None:
+        if group is not None:
+            self.reporter.mark(group)
+        self._wake.set()
+
+    def wake_later(self, delay: float) -> None:
+        asyncio.get_running_loop().call_later(max(delay, 0.05), self._wake.set)
+
+    async def run(self) -> None:
+        """Decide until cancelled; an error in one cycle is logged and the loop goes on."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=1.0)
+            self._wake.clear()
+            self.heartbeat = self.clock()
+            try:
+                await self.cycle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scheduling cycle failed; retrying")
+                await asyncio.sleep(1.0)
+
+    async def stop(self) -> None:
+        await self.tasks.stop()
+
+    def forget_group(self, key: Key) -> None:
+        """The PodGroup was deleted: start afresh if it comes back."""
+        self.queue.forget(key)
+        self.reporter.forget(key)
+        self.repair.forget(key)
+
+    # ------------------------------------------------------------------ one cycle
+
+    async def cycle(self) -> None:
+        self.cycles += 1
+        self.metrics.cycles.inc()
+        now = self.clock()
+        if self.cycles % _COLLECT_EVERY_CYCLES == 0:
+            self._collect_garbage()
+        if now - self._finished_synced > self.config.finished_resync_seconds:
+            self._finished_synced = now
+            await self.live.resync_finished()
+        exclude, ready = await self._select(now)
+        await self.repair.check(now)
+        if ready:
+            # What the snapshot saw: events applied while the engine runs count as changes after it.
+            seen_generation = self.cache.generation
+            started = time.perf_counter()
+            result = await asyncio.to_thread(
+                schedule_cycle,
+                nodes=list(self.cache.nodes.values()),
+                pods=self.cache.pods_for_engine(),
+                pod_groups=[g for k, g in self.cache.pod_groups.items() if self.config.in_scope(k[0])],
+                scheduler_name=self.config.scheduler_name,
+                waiting_seconds=self.queue.waiting_seconds(now),
+                reservation_after_seconds=self.config.reservation_after_seconds,
+                exclude_pods=frozenset(exclude),
+            )
+            self.metrics.engine_seconds.observe(time.perf_counter() - started)
+            self._apply(result, now, seen_generation)
+        await self.reporter.write_statuses()
+
+    async def _select(self, now: float) -> tuple[set[Key], bool]:
+        """Pending pods not to place this cycle, and whether any group may be decided at all."""
+        cache = self.cache
+        pending_by_group: dict[tuple[Key, bool], list[Pod]] = {}
+        for pod in cache.pods.values():
+            if pod.scheduler_name != self.config.scheduler_name or pod.node_name or pod.terminal:
+                continue
+            if cache.is_assumed(pod.key):
+                continue
+            key, is_group = ((pod.namespace, pod.pod_group), True) if pod.pod_group else (pod.key, False)
+            pending_by_group.setdefault((key, is_group), []).append(pod)
+        exclude: set[Key] = set()
+        ready = False
+        for (key, is_group), members in pending_by_group.items():
+            if not self.config.in_scope(key[0]) or not await self._may_decide(key, is_group, now):
+                exclude.update(p.key for p in members)
+            else:
+                ready = True
+        return exclude, ready
+
+    async def _may_decide(self, key: Key, is_group: bool, now: float) -> bool:
+        if self.queue.binding(key):
+            return False
+        if is_group and not await self._caught_up(key, now):
+            return False
+        return self.queue.due(key, now, self.cache.generation)
+
+    async def _caught_up(self, key: Key, now: float) -> bool:
+        """Never decide a group on a cache that has not seen our own writes for it (KEP-5647)."""
+        state = self.queue.state(key)
+        caught = self.cache.caught_up(key)
+        if caught is not True:
+            if state.behind_since is None:
+                state.behind_since = now
+            if caught is None or now - state.behind_since > self.config.consistency_timeout_seconds:
+                await self.live.catch_up(key)
+                caught = self.cache.caught_up(key)
+            if caught is not True:
+                self.wake_later(0.2)
+                return False
+        state.behind_since = None
+        return True
+
+    # ------------------------------------------------------------------ decisions
+
+    def _apply(self, result: CycleResult, now: float, seen_generation: int) -> None:
+        unplaced: list[Reason] = []
+        for decision in result.decisions:
+            self.metrics.decisions.labels(reason=decision.reason.value).inc()
+            key = decision.key
+            if decision.scheduled:
+                self.queue.scheduled(key)
+                self.reporter.set_verdict(
+                    key,
+                    Verdict(
+                        reason=Reason.SCHEDULED,
+                        message=decision.message,
+                        binding=True,
+                        domain=decision.domain,
+                    ),
+                )
+                plan = self.pipeline.start(decision)
+                self.tasks.spawn(self._bind(plan), name=f"bind {key[0]}/{key[1]}")
+                continue
+            unplaced.append(decision.reason)
+            self.queue.unplaced(key, decision.reason, now, seen_generation)
+            self.reporter.unplaced(decision)
+        self.metrics.cycle_done(unplaced)
+        log.debug("cycle %d: %d decisions", self.cycles, len(result.decisions))
+
+    async def _bind(self, plan: GangPlan) -> None:
+        try:
+            await self.pipeline.run(plan)
+        finally:
+            self.queue.bound(plan.key)
+            self.reporter.binding_done(plan.key)
+            self.wake()
+
+    def _collect_garbage(self) -> None:
+        """Drop what we remember about pods and groups that no longer exist."""
+        cache = self.cache
+
+        def exists(key: Key) -> bool:
+            return key in cache.pod_groups or key in cache.pods
+
+        self.queue.collect(exists)
+        self.reporter.collect(exists, lambda key: key in cache.pods)

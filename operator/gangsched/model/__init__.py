@@ -1,0 +1,74 @@
+"""Typed views of what gangsched reads: PodGroups, Pods, Nodes, PriorityClasses.
+
+Parsing and validation happen here, at the boundary (pydantic for the PodGroup spec, whose
+errors users must see verbatim); everything inside the engine works on the plain slotted
+dataclasses these modules produce. One module per kind; this package face re-exports them.
+"""
+
+from gangsched.model.common import (
+    DEFAULT_SCHEDULER_NAME,
+    GROUP,
+    LIVE_PODS_SELECTOR,
+    MAX_TOPOLOGY_LEVELS,
+    PLURAL,
+    POD_GROUP_LABEL,
+    PODS,
+    TERMINAL_PHASES,
+    VERSION,
+    ModelError,
+)
+from gangsched.model.node import Node, Taint, parse_node
+from gangsched.model.pod import (
+    Placement,
+    Pod,
+    SelectorRequirement,
+    SelectorTerm,
+    Toleration,
+    parse_pod,
+    pod_requests,
+)
+from gangsched.model.podgroup import (
+    PodGroup,
+    PodGroupSpec,
+    TopologyConstraint,
+    TopologyMode,
+    parse_pod_group,
+    parse_pod_group_spec,
+)
+from gangsched.model.priority import PriorityClass, PriorityClasses, parse_priority_class
+from gangsched.model.reasons import EventReason, Phase, Reason
+
+__all__ = [
+    "DEFAULT_SCHEDULER_NAME",
+    "GROUP",
+    "LIVE_PODS_SELECTOR",
+    "MAX_TOPOLOGY_LEVELS",
+    "PLURAL",
+    "PODS",
+    "POD_GROUP_LABEL",
+    "TERMINAL_PHASES",
+    "VERSION",
+    "EventReason",
+    "ModelError",
+    "Node",
+    "Phase",
+    "Placement",
+    "Pod",
+    "PodGroup",
+    "PodGroupSpec",
+    "PriorityClass",
+    "PriorityClasses",
+    "Reason",
+    "SelectorRequirement",
+    "SelectorTerm",
+    "Taint",
+    "Toleration",
+    "TopologyConstraint",
+    "TopologyMode",
+    "parse_node",
+    "parse_pod",
+    "parse_pod_group",
+    "parse_pod_group_spec",
+    "parse_priority_class",
+    "pod_requests",
+]

@@ -1,0 +1,63 @@
+"""Names every view shares: the API coordinates, labels, ModelError and the field readers.
+
+Readers raise ModelError with a message that names the field, because users see it verbatim
+(a PodGroup condition, a `simulate` error line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gangsched.quantity import QuantityError, parse_milli
+
+GROUP = "scheduling.gangsched.io"
+VERSION = "v1alpha1"
+PLURAL = "podgroups"
+POD_GROUP_LABEL = f"{GROUP}/pod-group"
+DEFAULT_SCHEDULER_NAME = "gangsched"
+MAX_TOPOLOGY_LEVELS = 5
+PODS = "pods"
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# The pod watch skips finished pods (server-side): they hold no capacity, and in batch
+# clusters they are most of the pods. Finished members of our groups are read separately.
+LIVE_PODS_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+
+NAMESPACE_DEFAULT = "default"
+
+
+class ModelError(ValueError):
+    """An object that cannot be understood; the message names the field and is shown to users."""
+
+
+def object_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        raise ModelError("metadata must be an object")
+    if not meta.get("name"):
+        raise ModelError("metadata.name is required")
+    return meta
+
+
+def str_map(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ModelError(f"{where} must be a map of strings")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def quantities(value: Any, where: str) -> dict[str, int]:
+    """A map of quantities, each in milli-units."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ModelError(f"{where} must be a map of quantities")
+    out: dict[str, int] = {}
+    for name, raw in value.items():
+        try:
+            out[str(name)] = parse_milli(raw)
+        except QuantityError as exc:
+            raise ModelError(f"{where}.{name}: {exc}") from None
+    return out

@@ -1,0 +1,241 @@
+"""Pods as the engine reads them: requests, placement rules, priority, binding state.
+
+`pod_requests` computes the effective request exactly as kube-scheduler does (sidecars,
+init containers, overhead); `Placement` is the eligibility signature identical pods share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gangsched.model.common import (
+    NAMESPACE_DEFAULT,
+    POD_GROUP_LABEL,
+    PODS,
+    TERMINAL_PHASES,
+    ModelError,
+    object_meta,
+    quantities,
+    str_map,
+)
+from gangsched.model.node import Taint
+from gangsched.model.priority import PriorityClasses
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key == "" and self.operator == "Exists":
+            return True
+        if self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorRequirement:
+    key: str
+    operator: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorTerm:
+    """One nodeSelectorTerm: expressions and fields are ANDed."""
+
+    expressions: tuple[SelectorRequirement, ...]
+    fields: tuple[SelectorRequirement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """What a pod asks of a node: the eligibility signature shared by identical pods."""
+
+    node_selector: tuple[tuple[str, str], ...] = ()
+    # None: no required node affinity. Otherwise the terms are ORed.
+    affinity: tuple[SelectorTerm, ...] | None = None
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(slots=True)
+class Pod:
+    namespace: str
+    name: str
+    uid: str
+    scheduler_name: str
+    node_name: str
+    phase: str
+    pod_group: str | None
+    requests: dict[str, int]
+    placement: Placement
+    priority: int
+    resource_version: str = ""
+    created: str = ""
+    deleting: bool = False
+    scheduling_gated: bool = False
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def holds_resources(self) -> bool:
+        """Bound, not finished: capacity accounting counts it whoever scheduled it."""
+        return bool(self.node_name) and not self.terminal
+
+
+def _add(into: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, amount in other.items():
+        into[name] = into.get(name, 0) + amount
+
+
+def _max(into: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, amount in other.items():
+        if amount > into.get(name, 0):
+            into[name] = amount
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    """Effective request: max(sum of containers + sidecars, each init step) + overhead, plus 1 pod.
+
+    Sidecars (init containers with restartPolicy Always) keep running, so they add to the
+    containers and to every init container started after them, as in kube-scheduler.
+    """
+    containers = spec.get("containers") or []
+    init_containers = spec.get("initContainers") or []
+    if not isinstance(containers, list) or not isinstance(init_containers, list):
+        raise ModelError("spec.containers and spec.initContainers must be lists")
+
+    def requests_of(container: Any, where: str) -> dict[str, int]:
+        if not isinstance(container, Mapping):
+            raise ModelError(f"{where} must be an object")
+        resources = container.get("resources") or {}
+        reqs = quantities(resources.get("requests"), f"{where}.resources.requests")
+        # As in Kubernetes, a limit without a request sets the request.
+        for name, amount in quantities(resources.get("limits"), f"{where}.resources.limits").items():
+            reqs.setdefault(name, amount)
+        return reqs
+
+    total: dict[str, int] = {}
+    for i, container in enumerate(containers):
+        _add(total, requests_of(container, f"spec.containers[{i}]"))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for i, container in enumerate(init_containers):
+        reqs = requests_of(container, f"spec.initContainers[{i}]")
+        if isinstance(container, Mapping) and container.get("restartPolicy") == "Always":
+            _add(sidecars, reqs)
+            step = dict(sidecars)
+        else:
+            step = dict(sidecars)
+            _add(step, reqs)
+        _max(init_peak, step)
+    _add(total, sidecars)
+    _max(total, init_peak)
+    _add(total, quantities(spec.get("overhead"), "spec.overhead"))
+    total[PODS] = 1000
+    return {name: amount for name, amount in total.items() if amount > 0}
+
+
+def _requirements(items: Any, where: str) -> tuple[SelectorRequirement, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise ModelError(f"{where} must be a list")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping) or not item.get("key") or not item.get("operator"):
+            raise ModelError(f"{where}[{i}] needs key and operator")
+        operator = str(item["operator"])
+        if operator not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
+            raise ModelError(f"{where}[{i}].operator: unknown operator {operator!r}")
+        values = tuple(str(v) for v in item.get("values") or ())
+        if operator in ("Gt", "Lt"):
+            if len(values) != 1 or not values[0].lstrip("-").isdigit():
+                raise ModelError(f"{where}[{i}]: {operator} needs exactly one integer value")
+        elif operator in ("In", "NotIn") and not values:
+            raise ModelError(f"{where}[{i}]: {operator} needs values")
+        out.append(SelectorRequirement(key=str(item["key"]), operator=operator, values=values))
+    return tuple(out)
+
+
+def _placement(spec: Mapping[str, Any]) -> Placement:
+    node_selector = tuple(sorted(str_map(spec.get("nodeSelector"), "spec.nodeSelector").items()))
+    affinity: tuple[SelectorTerm, ...] | None = None
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or None
+    if required is not None:
+        terms = required.get("nodeSelectorTerms") or []
+        parsed = []
+        for i, term in enumerate(terms):
+            where = f"spec.affinity.nodeAffinity.required.nodeSelectorTerms[{i}]"
+            parsed.append(
+                SelectorTerm(
+                    expressions=_requirements(term.get("matchExpressions"), f"{where}.matchExpressions"),
+                    fields=_requirements(term.get("matchFields"), f"{where}.matchFields"),
+                )
+            )
+        affinity = tuple(parsed)
+    tolerations = []
+    for i, tol in enumerate(spec.get("tolerations") or []):
+        if not isinstance(tol, Mapping):
+            raise ModelError(f"spec.tolerations[{i}] must be an object")
+        operator = str(tol.get("operator") or "Equal")
+        if operator not in ("Equal", "Exists"):
+            raise ModelError(f"spec.tolerations[{i}].operator: unknown operator {operator!r}")
+        tolerations.append(
+            Toleration(
+                key=str(tol.get("key") or ""),
+                operator=operator,
+                value=str(tol.get("value") or ""),
+                effect=str(tol.get("effect") or ""),
+            )
+        )
+    return Placement(node_selector=node_selector, affinity=affinity, tolerations=tuple(tolerations))
+
+
+def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = None) -> Pod:
+    """A pod; without `spec.priority` (set by admission) its class is resolved through `priorities`."""
+    meta = object_meta(obj)
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    if not isinstance(spec, Mapping):
+        raise ModelError("spec must be an object")
+    labels = str_map(meta.get("labels"), "metadata.labels")
+    priority = spec.get("priority")
+    if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
+        raise ModelError(f"spec.priority: must be an integer, not {priority!r}")
+    if priority is None and priorities is not None:
+        priority = priorities.pod_priority(str(spec.get("priorityClassName") or ""))
+    return Pod(
+        namespace=str(meta.get("namespace") or NAMESPACE_DEFAULT),
+        name=str(meta["name"]),
+        uid=str(meta.get("uid") or ""),
+        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+        node_name=str(spec.get("nodeName") or ""),
+        phase=str(status.get("phase") or "Pending"),
+        pod_group=labels.get(POD_GROUP_LABEL),
+        requests=pod_requests(spec),
+        placement=_placement(spec),
+        priority=int(priority or 0),
+        resource_version=str(meta.get("resourceVersion") or ""),
+        created=str(meta.get("creationTimestamp") or ""),
+        deleting=meta.get("deletionTimestamp") is not None,
+        scheduling_gated=bool(spec.get("schedulingGates")),
+    )

@@ -1,0 +1,153 @@
+"""gangsched's PodGroup: the pydantic spec (validated at the boundary) and the plain view.
+
+An invalid spec is kept as `spec_error` rather than dropped, so the user is told why the
+group does not schedule instead of seeing nothing happen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gangsched.model.common import MAX_TOPOLOGY_LEVELS, NAMESPACE_DEFAULT, ModelError, object_meta
+from gangsched.model.priority import PriorityClasses
+
+
+class TopologyMode(StrEnum):
+    REQUIRED = "Required"
+    PREFERRED = "Preferred"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class GangPolicy(_Strict):
+    min_count: int = Field(alias="minCount", ge=1)
+
+
+class BasicPolicy(_Strict):
+    pass
+
+
+class SchedulingPolicy(_Strict):
+    gang: GangPolicy | None = None
+    basic: BasicPolicy | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SchedulingPolicy:
+        if (self.gang is None) == (self.basic is None):
+            raise ValueError("exactly one of schedulingPolicy.gang or schedulingPolicy.basic must be set")
+        return self
+
+
+class TopologyConstraint(_Strict):
+    key: str = Field(min_length=1, max_length=317)
+    mode: TopologyMode = TopologyMode.REQUIRED
+
+
+class SchedulingConstraints(_Strict):
+    topology: tuple[TopologyConstraint, ...] = ()
+
+    @field_validator("topology")
+    @classmethod
+    def _levels(cls, value: tuple[TopologyConstraint, ...]) -> tuple[TopologyConstraint, ...]:
+        if len(value) > MAX_TOPOLOGY_LEVELS:
+            raise ValueError(f"at most {MAX_TOPOLOGY_LEVELS} topology levels are supported")
+        keys = [c.key for c in value]
+        if len(set(keys)) != len(keys):
+            raise ValueError("topology keys must be distinct")
+        return value
+
+
+class PodGroupSpec(_Strict):
+    """The spec of a gangsched PodGroup; mirrors scheduling.k8s.io/v1alpha2 PodGroup."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+    scheduling_policy: SchedulingPolicy = Field(alias="schedulingPolicy")
+    scheduling_constraints: SchedulingConstraints = Field(
+        alias="schedulingConstraints", default_factory=SchedulingConstraints
+    )
+    priority_class_name: str | None = Field(alias="priorityClassName", default=None)
+    priority: int | None = None
+    schedule_timeout_seconds: int | None = Field(alias="scheduleTimeoutSeconds", default=None, ge=1)
+
+    @property
+    def min_count(self) -> int:
+        gang = self.scheduling_policy.gang
+        return gang.min_count if gang is not None else 1
+
+    @property
+    def is_gang(self) -> bool:
+        return self.scheduling_policy.gang is not None
+
+
+def parse_pod_group_spec(spec: Mapping[str, Any]) -> PodGroupSpec:
+    """Validate a PodGroup spec; a ModelError carries one readable line per problem."""
+    try:
+        return PodGroupSpec.model_validate(spec)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = "spec"
+            for part in err["loc"]:
+                if part != "function-after":
+                    where += f"[{part}]" if isinstance(part, int) else f".{part}"
+            message = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{where}: {message}")
+        raise ModelError("; ".join(problems)) from None
+
+
+@dataclass(slots=True)
+class PodGroup:
+    namespace: str
+    name: str
+    spec: PodGroupSpec | None
+    # Set instead of spec when the spec does not validate; the group is then Unschedulable.
+    spec_error: str | None = None
+    priority: int = 0
+    created: str = ""
+    uid: str = ""
+    generation: int = 0
+    resource_version: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+def parse_pod_group(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = None) -> PodGroup:
+    """Parse a PodGroup; an invalid spec is kept (spec_error) so the user is told, not ignored."""
+    meta = object_meta(obj)
+    spec: PodGroupSpec | None = None
+    error: str | None = None
+    try:
+        spec = parse_pod_group_spec(obj.get("spec") or {})
+    except ModelError as exc:
+        error = str(exc)
+    priority = 0
+    if spec is not None:
+        if spec.priority is not None:
+            priority = spec.priority
+        elif spec.priority_class_name:
+            value = priorities.value(spec.priority_class_name) if priorities is not None else None
+            if priorities is not None and value is None:
+                error = f"PriorityClass {spec.priority_class_name!r} not found"
+            elif value is not None:
+                priority = value
+    return PodGroup(
+        namespace=str(meta.get("namespace") or NAMESPACE_DEFAULT),
+        name=str(meta["name"]),
+        spec=spec if error is None else None,
+        spec_error=error,
+        priority=priority,
+        created=str(meta.get("creationTimestamp") or ""),
+        uid=str(meta.get("uid") or ""),
+        generation=int(meta.get("generation") or 0),
+        resource_version=str(meta.get("resourceVersion") or ""),
+    )

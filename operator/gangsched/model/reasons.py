@@ -1,0 +1,47 @@
+"""One vocabulary for why a group is where it is, shared by the engine, `status` and the loop.
+
+`Reason` is what a decision says (the PodGroupScheduled condition's reason, `simulate`'s
+"reason", the metric label); `Phase` is the PodGroup's `status.phase`; `EventReason` the
+reason of the Events we post. They are StrEnums, so they serialise as the plain strings users
+and tests have always seen.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    SCHEDULED = "Scheduled"
+    UNSCHEDULABLE = "Unschedulable"
+    WAITING_FOR_PODS = "WaitingForPods"
+    POD_GROUP_NOT_FOUND = "PodGroupNotFound"
+    # A partial gang rolled back after scheduleTimeoutSeconds (written by the loop, not the engine).
+    TIMEOUT = "Timeout"
+
+    @property
+    def waits_for_objects(self) -> bool:
+        """Settled by the next pod or PodGroup event, not by capacity: nothing to back off from."""
+        return self in (Reason.WAITING_FOR_PODS, Reason.POD_GROUP_NOT_FOUND)
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    SCHEDULING = "Scheduling"
+    SCHEDULED = "Scheduled"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNSCHEDULABLE = "Unschedulable"
+
+
+class EventReason(StrEnum):
+    """Reasons of the Events we post; the first four mirror `Reason`."""
+
+    SCHEDULED = "Scheduled"
+    UNSCHEDULABLE = "Unschedulable"
+    WAITING_FOR_PODS = "WaitingForPods"
+    TIMEOUT = "Timeout"
+    BINDING_FAILED = "BindingFailed"
+    # On a pod without a PodGroup (or whose PodGroup is missing), as kube-scheduler posts it.
+    FAILED_SCHEDULING = "FailedScheduling"
