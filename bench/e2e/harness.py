@@ -291,7 +291,15 @@ def _observe(
                         bound.value += 1
                     last_bind.value = now
 
-    thread = threading.Thread(target=watch, daemon=True)
+    def guarded_watch() -> None:
+        # An exception must not end the count silently (it would under-report bound pods).
+        try:
+            watch()
+        except Exception as exc:
+            failure.append(f"watch: {type(exc).__name__}: {exc}")
+            ready.set()
+
+    thread = threading.Thread(target=guarded_watch, daemon=True)
     thread.start()
     stop.wait()
     conn.send((records, failure))
