@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -59,52 +61,92 @@ def simulate(paths: tuple[Path, ...], output: str, scheduler_name: str) -> None:
 
 
 @main.command()
-@click.option("--namespace", "-n", "namespaces", multiple=True, help="Schedule only in these namespaces.")
+@click.option(
+    "--namespace",
+    "-n",
+    "namespaces",
+    multiple=True,
+    help="Schedule only in these namespaces (not sharding: capacity is always counted cluster-wide).",
+)
 @click.option(
     "--all-namespaces",
     "-A",
     is_flag=True,
     help="Schedule in every namespace (the default when no --namespace is given).",
 )
-@click.option("--scheduler-name", default=DEFAULT_SCHEDULER_NAME, show_default=True)
+@click.option(
+    "--scheduler-name",
+    default=DEFAULT_SCHEDULER_NAME,
+    show_default=True,
+    help="Pods with this spec.schedulerName are ours.",
+)
 @click.option(
     "--kubeconfig",
     type=click.Path(dir_okay=False),
     default=None,
     help="Default: in-cluster, else ~/.kube/config.",
 )
-@click.option("--liveness-port", type=int, default=8080, show_default=True, help="0 disables the endpoint.")
+@click.option(
+    "--liveness-port", type=int, default=8080, show_default=True, help="GET /healthz here (0: off)."
+)
 @click.option(
     "--metrics-port", type=int, default=0, show_default=True, help="Serve Prometheus /metrics here (0: off)."
 )
 @click.option(
+    "--bind-address",
+    default=None,
+    help="Address /healthz and /metrics listen on. Default: all interfaces in a pod, 127.0.0.1 elsewhere.",
+)
+@click.option(
     "--concurrency", type=click.IntRange(1, 512), default=32, show_default=True, help="Parallel API writes."
 )
-@click.option("--log-format", type=click.Choice(["human", "json"]), default="human", show_default=True)
+@click.option(
+    "--log-format",
+    type=click.Choice(["human", "json"]),
+    default="human",
+    show_default=True,
+    help="Log lines.",
+)
 @click.option(
     "--pod-events/--no-pod-events",
     default=True,
     show_default=True,
-    help="Post a Scheduled Event on every bound pod, as kube-scheduler does (half of all writes).",
+    help="Post a Scheduled Event on every bound pod, as kube-scheduler does.",
 )
-@click.option("--verbose", "-v", is_flag=True)
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 @click.option(
     "--leader-elect/--no-leader-elect",
-    default=None,
-    help="Hold a Lease before scheduling, so that of several replicas exactly one schedules. "
-    "Default: on inside a pod, off elsewhere.",
+    default=True,
+    show_default=True,
+    help="Hold a Lease before scheduling, so that of several instances exactly one schedules.",
 )
 @click.option(
     "--lease-namespace",
     envvar="POD_NAMESPACE",
-    default="gangsched-system",
+    default="default",
     show_default=True,
-    help="Namespace of the Lease (default: $POD_NAMESPACE).",
+    help="Namespace of the Lease (default: $POD_NAMESPACE when set).",
 )
-@click.option("--lease-name", default=None, help="Lease name. Default: the scheduler name.")
-@click.option("--lease-duration", type=float, default=8.0, show_default=True)
-@click.option("--renew-deadline", type=float, default=6.0, show_default=True)
-@click.option("--retry-period", type=float, default=2.0, show_default=True)
+@click.option(
+    "--lease-name",
+    default=DEFAULT_SCHEDULER_NAME,
+    show_default=True,
+    help="Name of the Lease: one per gangsched deployment, whatever it schedules.",
+)
+@click.option(
+    "--lease-duration", type=float, default=8.0, show_default=True, help="Seconds a Lease is valid."
+)
+@click.option(
+    "--renew-deadline", type=float, default=6.0, show_default=True, help="Seconds to renew it before fencing."
+)
+@click.option("--retry-period", type=float, default=2.0, show_default=True, help="Seconds between renewals.")
+@click.option(
+    "--watch-budget",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds a watch may be down before /healthz fails.",
+)
 # Fault injection for tests only (hidden): see gangsched.loop.config.Faults.
 @click.option(
     "--fault-bind-delay-seconds",
@@ -120,67 +162,60 @@ def simulate(paths: tuple[Path, ...], output: str, scheduler_name: str) -> None:
     hidden=True,
     envvar="GANGSCHED_FAULT_WATCH_DELAY_SECONDS",
 )
-def run(
-    namespaces: tuple[str, ...],
-    all_namespaces: bool,
-    scheduler_name: str,
-    kubeconfig: str | None,
-    liveness_port: int,
-    metrics_port: int,
-    concurrency: int,
-    log_format: str,
-    pod_events: bool,
-    verbose: bool,
-    leader_elect: bool | None,
-    lease_namespace: str,
-    lease_name: str | None,
-    lease_duration: float,
-    renew_deadline: float,
-    retry_period: float,
-    fault_bind_delay_seconds: float,
-    fault_watch_delay_seconds: float,
-) -> None:
+def run(**opts: Any) -> None:
     """Run the scheduler: watch PodGroups, Pods and Nodes; place gangs; bind them."""
+    from gangsched.runtime import run as run_operator
+
+    run_operator(_run_options(opts))
+
+
+def _run_options(opts: dict[str, Any]) -> Any:
     from gangsched.leader import LeaseConfig, default_identity
     from gangsched.loop import Faults, SchedulerConfig
     from gangsched.runtime import RunOptions
-    from gangsched.runtime import run as run_operator
 
-    if namespaces and all_namespaces:
+    if opts["namespaces"] and opts["all_namespaces"]:
         raise click.UsageError("--namespace and --all-namespaces are exclusive")
+    in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     lease = None
-    if leader_elect is None:
-        leader_elect = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-    if leader_elect:
+    if opts["leader_elect"]:
         try:
             lease = LeaseConfig(
-                namespace=lease_namespace,
-                name=lease_name or scheduler_name,
+                namespace=opts["lease_namespace"],
+                name=opts["lease_name"],
                 identity=default_identity(),
-                lease_duration=lease_duration,
-                renew_deadline=renew_deadline,
-                retry_period=retry_period,
+                lease_duration=opts["lease_duration"],
+                renew_deadline=opts["renew_deadline"],
+                retry_period=opts["retry_period"],
             )
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
-    options = RunOptions(
-        scheduler=SchedulerConfig(
-            scheduler_name=scheduler_name,
-            namespaces=frozenset(namespaces) if namespaces else None,
-            pod_events=pod_events,
-            faults=Faults(
-                bind_delay_seconds=fault_bind_delay_seconds, watch_delay_seconds=fault_watch_delay_seconds
-            ),
-        ),
-        kubeconfig=kubeconfig,
-        liveness_port=liveness_port or None,
-        metrics_port=metrics_port or None,
-        concurrency=concurrency,
-        log_format=log_format,
-        verbose=verbose,
-        lease=lease,
+    else:
+        logging.getLogger("gangsched").warning(
+            "leader election is off (--no-leader-elect): only one gangsched instance may run "
+            "against this cluster, or they will bind the same capacity twice"
+        )
+    faults = Faults(
+        bind_delay_seconds=opts["fault_bind_delay_seconds"],
+        watch_delay_seconds=opts["fault_watch_delay_seconds"],
     )
-    run_operator(options)
+    return RunOptions(
+        scheduler=SchedulerConfig(
+            scheduler_name=opts["scheduler_name"],
+            namespaces=frozenset(opts["namespaces"]) if opts["namespaces"] else None,
+            pod_events=opts["pod_events"],
+            faults=faults,
+        ),
+        kubeconfig=opts["kubeconfig"],
+        liveness_port=opts["liveness_port"] or None,
+        metrics_port=opts["metrics_port"] or None,
+        bind_address=opts["bind_address"] or ("0.0.0.0" if in_pod else "127.0.0.1"),
+        concurrency=opts["concurrency"],
+        log_format=opts["log_format"],
+        verbose=opts["verbose"],
+        lease=lease,
+        watch_budget_seconds=opts["watch_budget"],
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,13 +1,19 @@
-"""Assemble and run the operator: API client, cache, binder, loop, kopf; startup to shutdown.
+"""Assemble and run the operator: API clients, cache, watches, binder, loop, kopf; startup to shutdown.
 
-kopf runs cluster-wide whatever `--namespace` says: capacity accounting needs every bound
+Watches run cluster-wide whatever `--namespace` says: capacity accounting needs every bound
 pod on every node. The namespace option limits which PodGroups and pods are scheduled.
 
-Lifecycle (kopf's startup, probe and cleanup handlers are registered here, the watch
-handlers in `handlers`): at startup the main task waits for the Lease when leader election
-is on (a standby keeps its cache warm from the watches but never decides or writes),
-primes the cache from consistent LISTs, then runs the loop. Losing the Lease fences the loop
-and exits, so the Deployment restarts the replica as a standby.
+Which kind is watched how: Pods, Nodes and PriorityClasses through informers
+(`cluster.informer`: list+watch that removes what a re-list no longer shows), PodGroups
+through a kopf `on.event` handler plus a reconciling LIST (kopf's re-list never reports what
+vanished). kopf's startup, probe and cleanup handlers are registered here.
+
+Lifecycle: at startup the watches begin (a standby keeps its cache warm but never decides or
+writes); the main task waits for the Lease when leader election is on, then for every watch
+to have listed once, then runs the loop. Losing the Lease fences the loop and exits, so the
+Deployment restarts the replica as a standby. The liveness endpoint fails while the loop has
+stopped or a watch has been down longer than its budget, so Kubernetes restarts a replica
+that cannot recover.
 """
 
 from __future__ import annotations
@@ -28,14 +34,20 @@ from kubernetes import client, config
 
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, LiveReader
-from gangsched.handlers import register_watch_handlers
+from gangsched.cluster.informer import Informer, Reconciler, Resource, WatchHealth
+from gangsched.handlers import Intake, KindSink, register_kopf_handlers
 from gangsched.leader import LeaderElector, LeaseConfig, default_identity
 from gangsched.loop import Scheduler, SchedulerConfig
 from gangsched.metrics import Metrics, serve
-from gangsched.model import LIVE_PODS_SELECTOR
+from gangsched.model import GROUP, LIVE_PODS_SELECTOR, PLURAL, VERSION
+from gangsched.session import ApiSession
 from gangsched.transport import Transport
 
 log = logging.getLogger(__name__)
+
+# kopf gives up a request after its retry budget; a watcher that gives up is gone for good.
+# This keeps its watches retrying through a long apiserver outage (about 8 hours).
+_KOPF_ERROR_BACKOFFS = (1, 1, 2, 3, 5, 8, 13, 21, *([30] * 1000))
 
 
 @dataclass(slots=True)
@@ -44,10 +56,16 @@ class RunOptions:
     kubeconfig: str | None = None
     liveness_port: int | None = 8080
     metrics_port: int | None = None
+    # Where /healthz and /metrics listen.
+    bind_address: str = "0.0.0.0"
     concurrency: int = 32
     log_format: str = "human"
     verbose: bool = False
     lease: LeaseConfig | None = None
+    # A watch down longer than this makes the liveness probe fail.
+    watch_budget_seconds: float = 60.0
+    # PodGroups (kopf-watched) are re-listed this often to drop what kopf never reports gone.
+    reconcile_seconds: float = 10.0
 
 
 def api_client(*, kubeconfig: str | None, pool: int) -> client.ApiClient:
@@ -67,13 +85,22 @@ def api_client(*, kubeconfig: str | None, pool: int) -> client.ApiClient:
 class Operator:
     """The parts of one running operator."""
 
+    options: RunOptions
     api: client.ApiClient
     transport: Transport
     cache: ClusterCache
     live: LiveReader
     binder: Binder
     scheduler: Scheduler
+    intake: Intake
+    health: WatchHealth
     elector: LeaderElector | None
+    # Created on kopf's event loop at startup.
+    session: ApiSession | None = None
+    reconciler: Reconciler | None = None
+    informers: list[Informer] = field(default_factory=list)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    synced: asyncio.Event | None = None
 
     @property
     def leading(self) -> bool:
@@ -93,8 +120,57 @@ def assemble(options: RunOptions) -> Operator:
     metrics = Metrics()
     cache.on_confirmed = metrics.cache_lag.observe
     scheduler = Scheduler(cache=cache, binder=binder, live=live, config=options.scheduler, metrics=metrics)
+    intake = Intake(cache=cache, scheduler=scheduler, live=live, faults=options.scheduler.faults)
     elector = LeaderElector(api=api, config=options.lease) if options.lease else None
-    return Operator(api, transport, cache, live, binder, scheduler, elector)
+    return Operator(options, api, transport, cache, live, binder, scheduler, intake, WatchHealth(), elector)
+
+
+def _start_watches(op: Operator) -> None:
+    """Informers for Pods, Nodes and PriorityClasses; the reconciler for kopf's PodGroups."""
+    session = op.session = ApiSession(op.api.configuration)
+    intake = op.intake
+    kinds = [
+        (
+            Resource("pods", "/api/v1/pods", {"fieldSelector": LIVE_PODS_SELECTOR}),
+            intake.pod,
+            intake.pods_listed,
+        ),
+        (Resource("nodes", "/api/v1/nodes"), intake.node, intake.nodes_listed),
+        (
+            Resource("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses"),
+            intake.priority_class,
+            intake.priority_classes_listed,
+        ),
+    ]
+    op.informers = [
+        Informer(session=session, resource=r, sink=KindSink(on_event, on_list), health=op.health)
+        for r, on_event, on_list in kinds
+    ]
+    pod_groups = Resource(PLURAL, f"/apis/{GROUP}/{VERSION}/{PLURAL}")
+    op.reconciler = Reconciler(
+        session=session,
+        resources=[(pod_groups, KindSink(intake.pod_group, intake.pod_groups_listed))],
+        period=op.options.reconcile_seconds,
+    )
+    # Another watch back after an outage: kopf's PodGroup watch lost events too.
+    op.health.on_recovered.append(op.reconciler.request)
+    loop = asyncio.get_running_loop()
+    for informer in op.informers:
+        op.tasks.append(loop.create_task(informer.run(), name=f"informer {informer.resource.kind}"))
+    op.tasks.append(loop.create_task(_sync_then_reconcile(op), name="reconciler"))
+
+
+async def _sync_then_reconcile(op: Operator) -> None:
+    """Set `op.synced` once every watch has listed, then reconcile kopf's kinds forever."""
+    assert op.reconciler is not None
+    assert op.synced is not None
+    while not all(op.health.snapshot()[i.resource.kind]["lists"] for i in op.informers):
+        await asyncio.sleep(0.05)
+    for resource, sink in op.reconciler.resources:
+        while not await op.reconciler.once(resource, sink):
+            await asyncio.sleep(0.5)
+    op.synced.set()
+    await op.reconciler.run()
 
 
 def _register_gauges(op: Operator) -> None:
@@ -114,36 +190,42 @@ def _register_gauges(op: Operator) -> None:
     )
 
 
-def build_registry(op: Operator, *, metrics_port: int | None = None) -> kopf.OperatorRegistry:
-    """A registry with the watch handlers and this operator's startup, probe and cleanup."""
+def build_registry(op: Operator) -> kopf.OperatorRegistry:
+    """A registry with the PodGroup handler and this operator's startup, probe and cleanup."""
     registry = kopf.OperatorRegistry()
-    register_watch_handlers(
-        registry, cache=op.cache, scheduler=op.scheduler, live=op.live, faults=op.scheduler.config.faults
-    )
-    tasks: list[asyncio.Task[None]] = []
     runners: list[web.AppRunner] = []
+
+    def relisted() -> None:
+        if op.synced is not None and op.synced.is_set() and op.reconciler is not None:
+            op.reconciler.request()
+
+    register_kopf_handlers(registry, intake=op.intake, relisted=relisted)
 
     @kopf.on.startup(registry=registry)
     async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         _configure(settings)
-        loop = asyncio.get_running_loop()
-        tasks.append(loop.create_task(_main(op, tasks), name="gangsched main"))
-        if metrics_port:
+        op.synced = asyncio.Event()
+        _start_watches(op)
+        op.tasks.insert(0, asyncio.get_running_loop().create_task(_main(op), name="gangsched main"))
+        if op.options.metrics_port:
             _register_gauges(op)
-            runners.append(await serve(op.scheduler.metrics, port=metrics_port))
+            runners.append(
+                await serve(op.scheduler.metrics, port=op.options.metrics_port, host=op.options.bind_address)
+            )
 
     @kopf.on.cleanup(registry=registry)
     async def stop(**_: Any) -> None:
         # Never raise here: kopf would retry the cleanup in 60 s and the process would hang.
         try:
-            await _shutdown(op, tasks, runners)
+            await _shutdown(op, runners)
         except Exception:
             log.exception("error while stopping; exiting anyway")
 
     @kopf.on.probe(id="scheduler", registry=registry)
     async def probe(**_: Any) -> dict[str, Any]:
-        if tasks and tasks[0].done():
-            raise kopf.PermanentError("the scheduling loop has stopped")
+        problems = _problems(op)
+        if problems:
+            raise kopf.PermanentError("; ".join(problems))
         scheduler = op.scheduler
         age = scheduler.clock() - scheduler.heartbeat
         return {
@@ -151,47 +233,69 @@ def build_registry(op: Operator, *, metrics_port: int | None = None) -> kopf.Ope
             "cycles": scheduler.cycles,
             "loop_age_seconds": round(age, 1) if op.leading else None,
             "pods": len(op.cache.pods),
+            "watches": op.health.snapshot(),
         }
 
     return registry
 
 
+def _problems(op: Operator) -> list[str]:
+    """Why this replica cannot do its job (and should be restarted), if it cannot."""
+    problems = []
+    if op.tasks and op.tasks[0].done():
+        problems.append("the scheduling loop has stopped")
+    problems += op.health.problems(op.options.watch_budget_seconds)
+    if op.synced is not None and op.synced.is_set() and not _kopf_watching(PLURAL):
+        problems.append(f"kopf's {PLURAL} watch has stopped")
+    return problems
+
+
+def _kopf_watching(plural: str) -> bool:
+    """Is kopf's watcher task for `plural` alive? (kopf names them "watcher for <resource>@<ns>".)"""
+    prefix = f"watcher for {plural}."
+    return any(t.get_name().startswith(prefix) and not t.done() for t in asyncio.all_tasks())
+
+
 def _configure(settings: kopf.OperatorSettings) -> None:
-    settings.posting.enabled = False  # no kopf Events about Pods or Nodes
+    settings.posting.enabled = False  # no kopf Events about our objects
     # No CRD or namespace discovery: every resource is named in full, and the RBAC can
     # then leave out customresourcedefinitions.
     settings.scanning.disabled = True
-    settings.watching.field_selectors["", "v1", "pods"] = LIVE_PODS_SELECTOR
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
+    settings.networking.error_backoffs = _KOPF_ERROR_BACKOFFS
 
 
-async def _main(op: Operator, tasks: list[asyncio.Task[None]]) -> None:
+async def _main(op: Operator) -> None:
     if op.elector is not None:
         await op.elector.acquire()
-        keeper = op.elector.keep(lambda: _fence(op, tasks))
-        tasks.append(asyncio.get_running_loop().create_task(keeper, name="gangsched lease"))
-    await op.live.prime()
+        keeper = op.elector.keep(lambda: _fence(op))
+        op.tasks.append(asyncio.get_running_loop().create_task(keeper, name="gangsched lease"))
+    assert op.synced is not None
+    await op.synced.wait()
+    await op.live.prime_finished()
     op.scheduler.wake()
     await op.scheduler.run()
 
 
-def _fence(op: Operator, tasks: list[asyncio.Task[None]]) -> None:
+def _fence(op: Operator) -> None:
     """The Lease is lost: no bind may start once another replica can lead. Stop, then exit
     so the Deployment restarts this replica as a standby."""
-    tasks[0].cancel()
-    tasks.append(asyncio.get_running_loop().create_task(op.scheduler.stop(), name="gangsched fence"))
+    op.tasks[0].cancel()
+    op.tasks.append(asyncio.get_running_loop().create_task(op.scheduler.stop(), name="gangsched fence"))
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-async def _shutdown(op: Operator, tasks: list[asyncio.Task[None]], runners: list[web.AppRunner]) -> None:
-    for task in tasks:
+async def _shutdown(op: Operator, runners: list[web.AppRunner]) -> None:
+    for task in op.tasks:
         task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.gather(*op.tasks, return_exceptions=True)
     await op.scheduler.stop()
     for runner in runners:
         await runner.cleanup()
+    if op.session is not None:
+        await op.session.close()
     if op.elector is not None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(op.elector.release(), timeout=5)
@@ -229,9 +333,10 @@ def run(options: RunOptions) -> None:
         # kopf logs every handled watch event at INFO: thousands of lines for nothing.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     op = assemble(options)
-    registry = build_registry(op, metrics_port=options.metrics_port)
+    registry = build_registry(op)
     kopf.on.login(registry=registry)(_login(op.api))
-    liveness = f"http://0.0.0.0:{options.liveness_port}/healthz" if options.liveness_port else None
+    host = options.bind_address
+    liveness = f"http://{host}:{options.liveness_port}/healthz" if options.liveness_port else None
     try:
         kopf.run(
             registry=registry,

@@ -68,6 +68,13 @@ def _older(body: Mapping[str, Any], known: str) -> bool:
     return incoming is not None and current is not None and incoming < current
 
 
+def _not_newer(version: str, list_rv: str) -> bool:
+    """Held at a version no newer than a LIST at `list_rv`: had it existed then, the LIST would
+    show it. (An object created after the LIST is newer, and its ADDED event is on its way.)"""
+    held, listed = parse_rv(version), parse_rv(list_rv)
+    return held is None or listed is None or held <= listed
+
+
 @dataclass(slots=True)
 class Assumed:
     """A pod we bound that the watch has not shown bound yet."""
@@ -102,6 +109,10 @@ class ClusterCache:
         # Objects the cache could not parse, with why: reported, never crash the loop.
         self.invalid: dict[tuple[str, str, str], str] = {}
         self._by_group: dict[Key, set[Key]] = {}
+        # resourceVersions of kinds whose projection does not keep one (heartbeats must not
+        # count as changes, so a Node's version cannot live in the compared Node itself).
+        self._node_rv: dict[str, str] = {}
+        self._priority_class_rv: dict[str, str] = {}
         self.generation = 0  # bumped on every change that can alter a decision
         self._clock = clock
         # Called with the seconds from an assumption to the watch showing that pod bound:
@@ -163,13 +174,18 @@ class ClusterCache:
                     del self._by_group[group]
 
     def apply_node(self, event_type: str | None, body: Mapping[str, Any]) -> None:
-        name = str((body.get("metadata") or {}).get("name") or "")
+        meta = body.get("metadata") or {}
+        name = str(meta.get("name") or "")
         self._observe("nodes", body)
         if event_type == "DELETED":
             self.generation += 1
             self.nodes.pop(name, None)
+            self._node_rv.pop(name, None)
             self.invalid.pop(("Node", "", name), None)
             return
+        if _older(body, self._node_rv.get(name, "")):
+            return
+        self._node_rv[name] = str(meta.get("resourceVersion") or "")
         try:
             node = parse_node(body)
             # Heartbeats (status-only updates) change nothing the engine reads.
@@ -188,6 +204,8 @@ class ClusterCache:
         key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
         self._observe("podgroups", body)
         old = self.pod_groups.get(key)
+        if event_type != "DELETED" and old is not None and _older(body, old.resource_version):
+            return key  # a LIST taken before our last status write came back: keep the newer
         if event_type == "DELETED" or old is None or old.generation != int(meta.get("generation") or 0):
             self.generation += 1  # our own status writes are not a change to react to
         if event_type == "DELETED":
@@ -208,11 +226,16 @@ class ClusterCache:
 
     def apply_priority_class(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         name = str((body.get("metadata") or {}).get("name") or "")
-        self.generation += 1
         if event_type == "DELETED":
+            self.generation += 1
             # Pods keep the priority admission gave them, and so do groups naming the class.
             self.priority_classes.remove(name)
+            self._priority_class_rv.pop(name, None)
             return
+        if _older(body, self._priority_class_rv.get(name, "")):
+            return
+        self.generation += 1
+        self._priority_class_rv[name] = str((body.get("metadata") or {}).get("resourceVersion") or "")
         try:
             self.priority_classes.set(parse_priority_class(body))
         except ModelError:
@@ -220,6 +243,37 @@ class ClusterCache:
         # Groups that name this class may resolve now (or no longer).
         for key, raw in list(self._raw_pod_groups.items()):
             self.pod_groups[key] = parse_pod_group(raw, priorities=self.priority_classes)
+
+    # ------------------------------------------------------------------ after a LIST
+
+    def vanished_pods(self, listed: set[Key], list_rv: str) -> list[Pod]:
+        """Unfinished pods held that a LIST of unfinished pods at `list_rv` no longer shows."""
+        return [
+            pod
+            for key, pod in self.pods.items()
+            if not pod.terminal and key not in listed and _not_newer(pod.resource_version, list_rv)
+        ]
+
+    def vanished_nodes(self, listed: set[str], list_rv: str) -> list[str]:
+        return [
+            name
+            for name in {*self.nodes, *(n for kind, _, n in self.invalid if kind == "Node")}
+            if name not in listed and _not_newer(self._node_rv.get(name, ""), list_rv)
+        ]
+
+    def vanished_pod_groups(self, listed: set[Key], list_rv: str) -> list[Key]:
+        return [
+            key
+            for key, group in self.pod_groups.items()
+            if key not in listed and _not_newer(group.resource_version, list_rv)
+        ]
+
+    def vanished_priority_classes(self, listed: set[str], list_rv: str) -> list[str]:
+        return [
+            name
+            for name, version in self._priority_class_rv.items()
+            if name not in listed and _not_newer(version, list_rv)
+        ]
 
     # ------------------------------------------------------------------ assumptions and writes
 

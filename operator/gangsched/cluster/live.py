@@ -1,7 +1,6 @@
 """Live reads: when the watch cannot be trusted or cannot tell, ask the apiserver directly.
 
-- priming: consistent LISTs fill the cache before the first decision (kopf gives event
-  handlers no "initial listing done" signal);
+- priming: finished members of our groups, which no watch carries, before the first decision;
 - a group whose writes the watch has not echoed in time is read live (KEP-5647 fallback);
 - a pod that leaves the watch of unfinished pods is read to tell "finished" from "deleted";
 - finished members of our groups, which the watch does not carry, are re-listed now and then;
@@ -19,7 +18,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gangsched.cluster.cache import ClusterCache, Key
-from gangsched.model import GROUP, LIVE_PODS_SELECTOR, PLURAL, POD_GROUP_LABEL, TERMINAL_PHASES, VERSION
+from gangsched.model import POD_GROUP_LABEL, TERMINAL_PHASES
 from gangsched.transport import Query, Transport
 
 log = logging.getLogger(__name__)
@@ -37,20 +36,11 @@ class LiveReader:
         self.transport = transport
         self.scheduler_name = scheduler_name
 
-    async def prime(self) -> None:
-        """Fill the cache from consistent LISTs, so the first decision sees every bound pod."""
-        cache = self.cache
-        lists: list[tuple[Any, str, Query]] = [
-            (cache.apply_priority_class, "/apis/scheduling.k8s.io/v1/priorityclasses", {}),
-            (cache.apply_node, "/api/v1/nodes", {}),
-            (cache.apply_pod, "/api/v1/pods", {"fieldSelector": LIVE_PODS_SELECTOR}),
-            (cache.apply_pod_group, f"/apis/{GROUP}/{VERSION}/{PLURAL}", {}),
-        ]
-        for apply, path, query in lists:
-            for item in await self.transport.list(path, query=query):
-                apply("LISTED", item)
+    async def prime_finished(self) -> None:
+        """Finished members of our groups, which no watch carries, before the first decision."""
         for item in await self.finished_members():
-            cache.apply_pod("LISTED", item)
+            self.cache.apply_pod("LISTED", item)
+        cache = self.cache
         log.info(
             "cache primed: %d nodes, %d pods, %d PodGroups",
             len(cache.nodes),

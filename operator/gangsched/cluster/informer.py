@@ -1,0 +1,298 @@
+"""Informers: list+watch of one resource kind into the cache, as client-go's reflector does.
+
+Why not kopf for these kinds: after a `410 Gone` kopf lists again and reports only what
+exists, never a DELETED for what vanished meanwhile, so the cache would keep ghosts (pods
+holding capacity, nodes taking bindings) for good. An informer here
+
+- lists consistently (paginated, one resourceVersion) and hands the whole list to its sink,
+  which removes what the list no longer holds with the same effects as a DELETED event;
+- watches from the list's resourceVersion with bookmarks, and resumes from the last version
+  it saw after a disconnect or a server-side timeout;
+- lists again on 410 Gone (the version it holds was compacted away);
+- backs off exponentially (0.2 s to 5 s) on any error, forever, and says in `WatchHealth`
+  since when it has been down, which the liveness probe turns into "unhealthy" past a budget;
+- applies events one at a time in stream order: nothing is lost or reordered.
+
+Which kinds use an informer and which stay on kopf handlers is decided in `runtime`; kinds on
+kopf are reconciled by periodic LISTs through the same sinks (`Reconciler`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+
+from gangsched.session import ApiError, ApiSession
+
+log = logging.getLogger(__name__)
+
+_LIST_PAGE = 500
+# The apiserver ends a watch after timeoutSeconds; we then resume from the last version.
+_WATCH_SECONDS = 300
+# Bookmarks come about once a minute: a watch silent for longer than this is dead.
+_READ_TIMEOUT = 90.0
+
+
+class Sink(Protocol):
+    """Where one kind's objects go (the cache, through the watch handlers' side effects)."""
+
+    async def apply(self, event_type: str, body: Mapping[str, Any]) -> None: ...
+
+    async def replace(self, items: Sequence[Mapping[str, Any]], resource_version: str) -> None:
+        """The kind is exactly `items` as of `resource_version`: what else is held vanished."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A watched collection: `kind` names it in logs and health, `path` is its cluster-wide URL."""
+
+    kind: str
+    path: str
+    query: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _State:
+    up: bool = False
+    ever_up: bool = False
+    down_since: float | None = None
+    relists: int = 0
+    last_error: str = ""
+
+
+class WatchHealth:
+    """Per kind: is its watch up, and since when is it down (time from `clock`)."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._states: dict[str, _State] = {}
+        # Called with the kind when a watch that was down is up again (reconcile other kinds).
+        self.on_recovered: list[Callable[[str], None]] = []
+
+    def register(self, kind: str) -> None:
+        self._states.setdefault(kind, _State(down_since=self.clock()))
+
+    def up(self, kind: str) -> None:
+        state = self._states.setdefault(kind, _State())
+        recovered = state.ever_up and state.down_since is not None
+        state.up, state.ever_up, state.down_since = True, True, None
+        if recovered:
+            for callback in self.on_recovered:
+                callback(kind)
+
+    def down(self, kind: str, error: str) -> None:
+        state = self._states.setdefault(kind, _State())
+        state.up, state.last_error = False, error
+        if state.down_since is None:
+            state.down_since = self.clock()
+
+    def listed(self, kind: str) -> None:
+        self._states.setdefault(kind, _State()).relists += 1
+
+    def down_for(self, kind: str) -> float:
+        state = self._states.get(kind)
+        if state is None or state.down_since is None:
+            return 0.0
+        return self.clock() - state.down_since
+
+    def problems(self, budget: float) -> list[str]:
+        """Kinds whose watch has been down longer than `budget` seconds, with why."""
+        return [
+            f"{kind} watch down for {self.down_for(kind):.0f}s ({state.last_error or 'never connected'})"
+            for kind, state in sorted(self._states.items())
+            if self.down_for(kind) > budget
+        ]
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            kind: {"up": s.up, "down_seconds": round(self.down_for(kind), 1), "lists": s.relists}
+            for kind, s in sorted(self._states.items())
+        }
+
+
+async def list_all(session: ApiSession, resource: Resource) -> tuple[list[Mapping[str, Any]], str]:
+    """Every object of `resource` in one consistent (paginated) LIST, and its resourceVersion."""
+    items: list[Mapping[str, Any]] = []
+    token = ""
+    resource_version = ""
+    while True:
+        query = {**resource.query, "limit": str(_LIST_PAGE)}
+        if token:
+            query["continue"] = token
+        try:
+            page = await session.get(resource.path, query=query)
+        except ApiError as exc:
+            if exc.status == 410 and token:  # the continue token expired: start over
+                items, token, resource_version = [], "", ""
+                continue
+            raise
+        meta = page.get("metadata") or {}
+        resource_version = resource_version or str(meta.get("resourceVersion") or "")
+        items.extend(page.get("items") or [])
+        token = str(meta.get("continue") or "")
+        if not token:
+            return items, resource_version
+
+
+class _GoneError(Exception):
+    """The watch's resourceVersion is too old (410): list again."""
+
+
+class Informer:
+    def __init__(
+        self,
+        *,
+        session: ApiSession,
+        resource: Resource,
+        sink: Sink,
+        health: WatchHealth,
+        backoff_initial: float = 0.2,
+        backoff_max: float = 5.0,
+    ) -> None:
+        self.session = session
+        self.resource = resource
+        self.sink = sink
+        self.health = health
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.resource_version: str | None = None
+        health.register(resource.kind)
+
+    async def run(self) -> None:
+        """List and watch until cancelled; errors back off and retry, forever."""
+        delay = self.backoff_initial
+        kind = self.resource.kind
+        while True:
+            try:
+                if self.resource_version is None:
+                    await self._list()
+                await self._watch()
+                delay = self.backoff_initial
+            except asyncio.CancelledError:
+                raise
+            except _GoneError:
+                log.info(
+                    "%s: resourceVersion %s is too old (410); listing again", kind, self.resource_version
+                )
+                self.resource_version = None
+            except Exception as exc:
+                error = str(exc) if isinstance(exc, ApiError) else f"{type(exc).__name__}: {exc}"
+                if self.health.down_for(kind) == 0.0:
+                    log.warning("%s watch failed: %s; retrying", kind, error)
+                self.health.down(kind, error)
+                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, self.backoff_max)
+
+    async def _list(self) -> None:
+        items, resource_version = await list_all(self.session, self.resource)
+        await self.sink.replace(items, resource_version)
+        self.resource_version = resource_version
+        self.health.listed(self.resource.kind)
+
+    async def _watch(self) -> None:
+        query = {
+            **self.resource.query,
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(_WATCH_SECONDS),
+        }
+        if self.resource_version:
+            query["resourceVersion"] = self.resource_version
+        try:
+            async with self.session.stream(
+                self.resource.path, query=query, read_timeout=_READ_TIMEOUT
+            ) as response:
+                self.health.up(self.resource.kind)
+                await self._read(response)
+        except ApiError as exc:
+            if exc.status == 410:
+                raise _GoneError from None
+            raise
+
+    async def _read(self, response: aiohttp.ClientResponse) -> None:
+        async for line in _lines(response):
+            event = json.loads(line)
+            event_type = event.get("type")
+            obj = event.get("object") or {}
+            if event_type == "ERROR":
+                if obj.get("code") == 410:
+                    raise _GoneError
+                raise ApiError(int(obj.get("code") or 500), str(obj.get("message") or obj))
+            version = (obj.get("metadata") or {}).get("resourceVersion")
+            if event_type in ("ADDED", "MODIFIED", "DELETED"):
+                await self.sink.apply(event_type, obj)
+            if version:
+                self.resource_version = str(version)
+
+
+async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The stream's lines, however long (aiohttp's own line reader caps them at 128 KiB)."""
+    buffer = b""
+    async for chunk in response.content.iter_any():
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield line
+    if buffer.strip():
+        yield buffer
+
+
+def run_all(informers: Sequence[Informer]) -> list[asyncio.Task[None]]:
+    """One named task per informer."""
+    loop = asyncio.get_running_loop()
+    return [loop.create_task(i.run(), name=f"informer {i.resource.kind}") for i in informers]
+
+
+class Reconciler:
+    """For kinds watched by kopf: periodic consistent LISTs through the same sink.
+
+    kopf reports only what exists after it lists again, never what vanished, so every
+    `period` seconds, and soon after `request()` (a kopf re-list, or another watch that came
+    back after an outage), the kind is listed and handed to `sink.replace`.
+    """
+
+    def __init__(
+        self,
+        *,
+        session: ApiSession,
+        resources: Sequence[tuple[Resource, Sink]],
+        period: float = 10.0,
+        debounce: float = 1.0,
+    ) -> None:
+        self.session = session
+        self.resources = list(resources)
+        self.period = period
+        self.debounce = debounce
+        self._requested = asyncio.Event()
+
+    def request(self, *_: object) -> None:
+        self._requested.set()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._requested.wait(), timeout=self.period)
+                await asyncio.sleep(self.debounce)  # let a burst (a kopf re-list) settle first
+            except TimeoutError:
+                pass
+            self._requested.clear()
+            for resource, sink in self.resources:
+                await self.once(resource, sink)
+
+    async def once(self, resource: Resource, sink: Sink) -> bool:
+        try:
+            items, resource_version = await list_all(self.session, resource)
+        except Exception as exc:
+            log.debug("reconciling %s: %s", resource.kind, exc)
+            return False
+        await sink.replace(items, resource_version)
+        return True
