@@ -101,14 +101,21 @@ class Metrics:
         return generate_latest(self.registry).decode()
 
 
-async def serve(metrics: Metrics, *, port: int, host: str = "0.0.0.0") -> web.AppRunner:
-    """Serve GET /metrics until the returned runner is cleaned up."""
+async def serve(
+    metrics: Metrics, *, port: int, host: str = "0.0.0.0", debug: Callable[[], object] | None = None
+) -> web.AppRunner:
+    """Serve GET /metrics (and GET /debug/cache: what `debug()` returns, as JSON) until the
+    returned runner is cleaned up."""
 
     async def handle(_: web.Request) -> web.Response:
         return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8")
 
+    async def handle_debug(_: web.Request) -> web.Response:
+        return web.json_response(debug() if debug is not None else {})
+
     app = web.Application()
     app.router.add_get("/metrics", handle)
+    app.router.add_get("/debug/cache", handle_debug)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

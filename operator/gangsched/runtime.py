@@ -210,7 +210,12 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
         if op.options.metrics_port:
             _register_gauges(op)
             runners.append(
-                await serve(op.scheduler.metrics, port=op.options.metrics_port, host=op.options.bind_address)
+                await serve(
+                    op.scheduler.metrics,
+                    port=op.options.metrics_port,
+                    host=op.options.bind_address,
+                    debug=lambda: {"cache": op.cache.summary(), "watches": op.health.snapshot()},
+                )
             )
 
     @kopf.on.cleanup(registry=registry)

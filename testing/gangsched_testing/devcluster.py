@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Self
+from typing import Any, Final, Self
 
 import yaml
 from cryptography import x509
@@ -323,9 +323,14 @@ def _die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
-def spawn(args: Sequence[str], *, log: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start a child in its own process group that dies with us, its output in `log`."""
-    with log.open("wb") as out:  # truncated: a retry must not see the last attempt's errors
+def spawn(
+    args: Sequence[str], *, log: Path, env: Mapping[str, str] | None = None, append: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start a child in its own process group that dies with us, its output in `log`.
+
+    The log is truncated (a retry must not see the last attempt's errors) unless `append`
+    (a restart on purpose keeps the history)."""
+    with log.open("ab" if append else "wb") as out:
         return subprocess.Popen(
             list(args),
             stdin=subprocess.DEVNULL,
@@ -427,6 +432,7 @@ class ControlPlane:
         self._apiserver: subprocess.Popen[bytes] | None = None
         self._port = 0
         self._etcd_url = ""
+        self._etcd_peer_url = ""
         self._token_files = 0
         self.startup_seconds: float | None = None
         """Wall time from start() to a ready /readyz, for people tuning test speed."""
@@ -505,33 +511,74 @@ class ControlPlane:
 
     def _start_processes(self, binaries: Binaries) -> None:
         assert self._dir is not None
-        assert self._pki is not None
         client_port, peer_port, self._port = free_port(), free_port(), free_port()
         self._etcd_url = f"http://127.0.0.1:{client_port}"
-        peer_url = f"http://127.0.0.1:{peer_port}"
-        etcd_dir = self._dir / "etcd"
-        shutil.rmtree(etcd_dir, ignore_errors=True)
+        self._etcd_peer_url = f"http://127.0.0.1:{peer_port}"
+        shutil.rmtree(self._dir / "etcd", ignore_errors=True)
+        # One after the other: starting both at once gains nothing measurable (the apiserver
+        # backs off while etcd elects itself) and mixes up whose fault a failure is.
+        deadline = time.monotonic() + self._startup_timeout
+        self._start_etcd(binaries, deadline)
+        self._start_apiserver(binaries, deadline)
+
+    def _start_etcd(self, binaries: Binaries, deadline: float, *, append: bool = False) -> None:
+        assert self._dir is not None
         self._etcd = spawn(
             [
                 str(binaries.etcd),
                 "--name=gangsched",
-                f"--data-dir={etcd_dir}",
+                f"--data-dir={self._dir / 'etcd'}",
                 f"--listen-client-urls={self._etcd_url}",
                 f"--advertise-client-urls={self._etcd_url}",
-                f"--listen-peer-urls={peer_url}",
-                f"--initial-advertise-peer-urls={peer_url}",
-                f"--initial-cluster=gangsched={peer_url}",
+                f"--listen-peer-urls={self._etcd_peer_url}",
+                f"--initial-advertise-peer-urls={self._etcd_peer_url}",
+                f"--initial-cluster=gangsched={self._etcd_peer_url}",
                 "--unsafe-no-fsync=true",  # test data: durability buys nothing, fsync costs a lot
                 "--log-level=warn",
             ],
             log=self.etcd_log_path,
+            append=append,
         )
-        # One after the other: starting both at once gains nothing measurable (the apiserver
-        # backs off while etcd elects itself) and mixes up whose fault a failure is.
-        deadline = time.monotonic() + self._startup_timeout
         self._wait_etcd(deadline)
-        self._apiserver = spawn([str(binaries.kube_apiserver), *self._apiserver_args()], log=self.log_path)
+
+    def _start_apiserver(self, binaries: Binaries, deadline: float, *, append: bool = False) -> None:
+        self._apiserver = spawn(
+            [str(binaries.kube_apiserver), *self._apiserver_args()], log=self.log_path, append=append
+        )
         self._wait_ready(deadline)
+
+    # -- faults, for the chaos tests ---------------------------------------------------------
+
+    def kill_apiserver(self, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Stop kube-apiserver abruptly (SIGKILL by default); `start_apiserver` brings it back."""
+        with self._lock:
+            proc = self._apiserver
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
+                proc.wait(timeout=30)
+
+    def start_apiserver(self) -> float:
+        """Start kube-apiserver again with the same flags and port; the seconds until /readyz."""
+        with self._lock:
+            started = time.monotonic()
+            self._start_apiserver(self.binaries, started + self._startup_timeout, append=True)
+            return time.monotonic() - started
+
+    def restart_etcd(self, *, down_seconds: float = 0.0, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Kill etcd, wait `down_seconds`, start it again on the same data and ports."""
+        with self._lock:
+            proc = self._etcd
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
+                proc.wait(timeout=30)
+            time.sleep(down_seconds)
+            self._start_etcd(self.binaries, time.monotonic() + self._startup_timeout, append=True)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Return once /readyz answers ok (e.g. after etcd came back)."""
+        self._wait_ready(time.monotonic() + timeout)
 
     def _apiserver_args(self) -> list[str]:
         assert self._dir is not None
@@ -864,12 +911,15 @@ class OperatorProcess:
         log: Path,
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        metrics: bool = False,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.log = log
         self.args = list(args)
         self.env = dict(env or {})
         self.port = free_port()
+        # With `metrics`, /metrics and /debug/cache (what the operator believes, uncached) too.
+        self.metrics_port = free_port() if metrics else None
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Self:
@@ -890,6 +940,7 @@ class OperatorProcess:
             "run",
             "--liveness-port",
             str(self.port),
+            *(["--metrics-port", str(self.metrics_port)] if self.metrics_port else []),
             *self.args,
         ]
         self.proc = spawn(command, log=self.log, env=env)
@@ -913,6 +964,26 @@ class OperatorProcess:
                 return body
         except (OSError, ValueError):
             return None
+
+    def debug_cache(self) -> dict[str, Any] | None:
+        """GET /debug/cache: per kind, how many objects the operator's cache holds and a digest
+        of their names (needs `metrics=True`); None when it does not answer."""
+        import json
+        import urllib.request
+
+        assert self.metrics_port is not None, "start the operator with metrics=True"
+        try:
+            url = f"http://127.0.0.1:{self.metrics_port}/debug/cache"
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                body: dict[str, Any] = json.loads(resp.read())
+                return body
+        except (OSError, ValueError):
+            return None
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send `sig` to the operator (SIGSTOP/SIGCONT: a paused process)."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, sig)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Ready when the cache is primed (the loop starts right after) and /healthz answers.

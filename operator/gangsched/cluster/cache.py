@@ -13,6 +13,7 @@ The cache's state is private: other modules read and change it only through its 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -346,6 +347,22 @@ class ClusterCache:
                 pod = dataclasses.replace(pod, node_name=assumed.node)
             out.append(pod)
         return out
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per kind: how many objects the cache holds and a digest of their names, to compare
+        with a fresh LIST (unfinished pods only: finished ones are not watched)."""
+
+        def digest(names: list[str]) -> dict[str, Any]:
+            names.sort()
+            return {"count": len(names), "digest": hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]}
+
+        return {
+            "nodes": digest(list(self.nodes)),
+            "pods": digest([f"{ns}/{name}" for (ns, name), pod in self.pods.items() if not pod.terminal]),
+            "podgroups": digest([f"{ns}/{name}" for ns, name in self.pod_groups]),
+            "priorityclasses": digest(list(self._priority_class_rv)),
+            "assumed": {"count": len(self._assumed)},
+        }
 
     def last_status(self, group: Key) -> Mapping[str, Any] | None:
         """The PodGroup's status as the watch last showed it (None when it has none)."""
