@@ -9,7 +9,7 @@ and skips only the models.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 from urllib.parse import urlencode
 
@@ -35,6 +35,7 @@ def request_json(
     content_type: str = "application/json",
     accept: str = "application/json",
     timeout: float | None = 30.0,
+    fence: Callable[[], None] | None = None,
 ) -> Any:
     """Send one request and return the decoded JSON answer (None for an empty body).
 
@@ -48,6 +49,8 @@ def request_json(
         body=body,
         auth_settings=["BearerToken"],
     )
+    if fence is not None:
+        fence()  # last thing before the bytes leave: raises when this replica may not write
     # A bounded wait: a request to an apiserver that went away must not hang a shutdown.
     response = api.call_api(*request, _request_timeout=timeout)
     response.read()  # type: ignore[no-untyped-call]

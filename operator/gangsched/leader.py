@@ -133,6 +133,25 @@ class LeaderElector:
         self._acquired(now)
         return True
 
+    def write_allowed(self) -> str | None:
+        """None when this replica may write now (it leads and renewed less than the renew
+        deadline ago, by its own monotonic clock), else why not. Called from any thread."""
+        if not self.leading:
+            return "this replica does not hold the Lease"
+        age = self.clock() - self._last_renew
+        if age >= self.config.renew_deadline:
+            return (
+                f"the Lease was last renewed {age:.1f}s ago (renew deadline {self.config.renew_deadline:g}s)"
+            )
+        return None
+
+    @property
+    def write_timeout(self) -> float:
+        """How long a write may wait for its answer: less than the time between the renew
+        deadline (after which we stop sending) and the Lease's expiry (after which another
+        replica may lead), so a write we sent is answered before anyone else can write."""
+        return max(0.5, self.config.lease_duration - self.config.renew_deadline - 0.5)
+
     def _acquired(self, now: float) -> None:
         if not self.leading:
             log.info(

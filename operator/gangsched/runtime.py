@@ -32,6 +32,7 @@ from aiohttp import web
 from kopf._core.engines.peering import Identity  # kopf exports no public name for it
 from kubernetes import client, config
 
+from gangsched import __version__
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, LiveReader
 from gangsched.cluster.informer import Informer, Reconciler, Resource, WatchHealth
@@ -109,25 +110,33 @@ class Operator:
 
 def assemble(options: RunOptions) -> Operator:
     api = api_client(kubeconfig=options.kubeconfig, pool=options.concurrency + 4)
-    transport = Transport(api=api, concurrency=options.concurrency)
+    identity = options.lease.identity if options.lease else default_identity()
+    # Which replica wrote what, in the apiserver's audit log.
+    api.user_agent = f"gangsched/{__version__} ({identity})"
+    elector = LeaderElector(api=api, config=options.lease) if options.lease else None
+    transport = Transport(
+        api=api,
+        concurrency=options.concurrency,
+        fence=elector.write_allowed if elector is not None else None,
+        write_timeout=elector.write_timeout if elector is not None else 30.0,
+    )
     cache = ClusterCache()
     live = LiveReader(cache=cache, transport=transport, scheduler_name=options.scheduler.scheduler_name)
     binder = Binder(
         transport=transport,
         bind_delay_seconds=options.scheduler.faults.bind_delay_seconds,
-        instance=options.lease.identity if options.lease else default_identity(),
+        instance=identity,
     )
     metrics = Metrics()
     cache.on_confirmed = metrics.cache_lag.observe
     scheduler = Scheduler(cache=cache, binder=binder, live=live, config=options.scheduler, metrics=metrics)
     intake = Intake(cache=cache, scheduler=scheduler, live=live, faults=options.scheduler.faults)
-    elector = LeaderElector(api=api, config=options.lease) if options.lease else None
     return Operator(options, api, transport, cache, live, binder, scheduler, intake, WatchHealth(), elector)
 
 
 def _start_watches(op: Operator) -> None:
     """Informers for Pods, Nodes and PriorityClasses; the reconciler for kopf's PodGroups."""
-    session = op.session = ApiSession(op.api.configuration)
+    session = op.session = ApiSession(op.api.configuration, user_agent=op.api.user_agent)
     intake = op.intake
     kinds = [
         (

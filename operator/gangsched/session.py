@@ -52,12 +52,12 @@ async def _error(response: aiohttp.ClientResponse) -> ApiError:
 class ApiSession:
     """Requests to the apiserver named by `configuration`; create and use it on one event loop."""
 
-    def __init__(self, configuration: client.Configuration) -> None:
+    def __init__(self, configuration: client.Configuration, *, user_agent: str = "gangsched") -> None:
         self.configuration = configuration
         self.server = configuration.host.rstrip("/")
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ssl=_ssl_context(configuration)),
-            headers={"Accept": "application/json", "User-Agent": "gangsched"},
+            headers={"Accept": "application/json", "User-Agent": user_agent},
         )
 
     async def close(self) -> None:

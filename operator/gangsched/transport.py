@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -62,6 +62,10 @@ def _wait(state: RetryCallState) -> float:
     return max(float(_backoff(state)), retry_after(outcome.exception() if outcome is not None else None))
 
 
+class FencedError(Exception):
+    """A write refused before it left: this replica no longer holds a fresh Lease."""
+
+
 def error_message(exc: ApiException) -> str:
     """The Status message of an error answer, else its code and reason: one line for a log."""
     body = exc.body
@@ -74,12 +78,27 @@ def error_message(exc: ApiException) -> str:
 
 
 class Transport:
-    """Sends requests with bounded concurrency; every method is safe to call from the event loop."""
+    """Sends requests with bounded concurrency; every method is safe to call from the event loop.
 
-    def __init__(self, *, api: client.ApiClient, concurrency: int = 32, attempts: int = 5) -> None:
+    With a `fence` (leader election), a write is sent only if `fence()` returns None at the
+    moment it is sent (checked in the sending thread, after any queueing), and it waits at
+    most `write_timeout` for the answer; otherwise FencedError, never retried.
+    """
+
+    def __init__(
+        self,
+        *,
+        api: client.ApiClient,
+        concurrency: int = 32,
+        attempts: int = 5,
+        fence: Callable[[], str | None] | None = None,
+        write_timeout: float = 30.0,
+    ) -> None:
         self.api = api
         self.concurrency = concurrency
         self.attempts = attempts
+        self.fence = fence
+        self.write_timeout = write_timeout
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gangsched-api")
         self._slots = asyncio.Semaphore(concurrency)
 
@@ -92,6 +111,8 @@ class Transport:
         async with self._slots:
             if delay:
                 await asyncio.sleep(delay)
+            if method != "GET" and self.fence is not None:
+                kwargs = {**kwargs, "fence": self._check_fence, "timeout": self.write_timeout}
             send = partial(request_json, self.api, method, path, **kwargs)
             try:  # the common case, without building a retry machine per request
                 return await loop.run_in_executor(self._executor, send)
@@ -110,6 +131,12 @@ class Transport:
                 with attempt:
                     return await loop.run_in_executor(self._executor, send)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _check_fence(self) -> None:
+        assert self.fence is not None
+        reason = self.fence()
+        if reason is not None:
+            raise FencedError(f"write refused: {reason}")
 
     async def list(self, path: str, *, query: Query | None = None) -> list[Any]:
         """Every item of a (paginated) LIST, in one slot."""

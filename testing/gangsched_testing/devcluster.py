@@ -418,8 +418,11 @@ class ControlPlane:
         extra_apiserver_args: Sequence[str] = (),
         startup_timeout: float = 60.0,
         verbosity: int = 0,
+        audit: bool = False,
     ) -> None:
         self._binaries = binaries
+        # Write requests (not reads) to an audit log: who wrote what when (chaos tests).
+        self._audit = audit
         self._feature_gates = dict(feature_gates)
         self._runtime_config = dict(runtime_config)
         self._extra_args = list(extra_apiserver_args)
@@ -607,6 +610,13 @@ class ControlPlane:
             "--max-mutating-requests-inflight=1000",
             f"--v={self._verbosity}",
         ]
+        if self._audit:
+            policy = self._dir / "audit-policy.yaml"
+            policy.write_text(
+                "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n"
+                "- level: None\n  verbs: [get, list, watch]\n- level: Metadata\n"
+            )
+            args += [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log_path}"]
         if self._runtime_config:
             runtime = ",".join(f"{gv}={str(on).lower()}" for gv, on in self._runtime_config.items())
             args.append(f"--runtime-config={runtime}")
@@ -706,6 +716,21 @@ class ControlPlane:
     def log_path(self) -> Path:
         """kube-apiserver's combined stdout and stderr."""
         return self.directory / "kube-apiserver.log"
+
+    @property
+    def audit_log_path(self) -> Path:
+        """With `audit=True`: one JSON line per write request (user, user agent, verb, object)."""
+        return self.directory / "audit.log"
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """The audit log's events so far (empty without `audit=True`)."""
+        import json
+
+        try:
+            lines = self.audit_log_path.read_text().splitlines()
+        except OSError:
+            return []
+        return [json.loads(line) for line in lines if line.strip()]
 
     @property
     def etcd_log_path(self) -> Path:
@@ -934,7 +959,9 @@ class OperatorProcess:
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1", **self.env}
         command = [
-            sys.executable,
+            # Another build may be put under test (e.g. to show a test fails on an older tree):
+            # an interpreter where that build's gangsched is importable.
+            os.environ.get("GANGSCHED_OPERATOR_PYTHON") or sys.executable,
             "-m",
             "gangsched.cli",
             "run",

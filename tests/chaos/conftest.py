@@ -40,7 +40,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def chaos_plane() -> Iterator[devcluster.ControlPlane]:
-    with devcluster.ControlPlane() as cp:
+    with devcluster.ControlPlane(audit=True) as cp:
         yield cp
 
 
