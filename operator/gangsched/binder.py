@@ -20,7 +20,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gangsched._rawapi import MERGE_PATCH
-from gangsched.model import GROUP, PLURAL, VERSION, Pod
+from gangsched.model import BOUND_FOR_ANNOTATION, GROUP, PLURAL, VERSION, Pod
+from gangsched.model.text import printable
 from gangsched.transport import Transport, error_message
 
 log = logging.getLogger(__name__)
@@ -50,11 +51,17 @@ def now_rfc3339() -> str:
 # --------------------------------------------------------------------------- request bodies
 
 
-def binding_body(pod: Pod, node: str) -> dict[str, Any]:
-    """A Binding with the pod's UID as precondition: a recreated pod of the same name is not bound."""
+def binding_body(pod: Pod, node: str, *, group_uid: str = "") -> dict[str, Any]:
+    """A Binding with the pod's UID as precondition: a recreated pod of the same name is not bound.
+
+    The apiserver copies a Binding's annotations onto the pod: `group_uid` marks the pod as
+    bound by us for that incarnation of its PodGroup, the only pods a rollback may delete.
+    """
     meta: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace}
     if pod.uid:
         meta["uid"] = pod.uid
+    if group_uid:
+        meta["annotations"] = {BOUND_FOR_ANNOTATION: group_uid}
     return {
         "apiVersion": "v1",
         "kind": "Binding",
@@ -82,7 +89,7 @@ def event_body(
         "involvedObject": dict(involved),
         "type": event_type,
         "reason": reason,
-        "message": message[:1024],
+        "message": printable(message)[:1024],
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,
         "reportingInstance": instance,
@@ -121,12 +128,11 @@ class Binder:
 
     # ------------------------------------------------------------------ bindings
 
-    async def bind(self, pod: Pod, node: str) -> BindResult:
+    async def bind(self, pod: Pod, node: str, *, group_uid: str = "") -> BindResult:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
+        body = binding_body(pod, node, group_uid=group_uid)
         try:
-            await self.transport.call(
-                "POST", path, body=binding_body(pod, node), delay=self.bind_delay_seconds
-            )
+            await self.transport.call("POST", path, body=body, delay=self.bind_delay_seconds)
         except ApiException as exc:
             if exc.status == 409:
                 log.warning("binding %s/%s: conflict: %s", pod.namespace, pod.name, error_message(exc))
@@ -138,8 +144,11 @@ class Binder:
             return BindResult(pod, node, BindOutcome.FAILED, f"{type(exc).__name__}: {exc}")
         return BindResult(pod, node, BindOutcome.BOUND)
 
-    async def bind_all(self, assignments: Sequence[tuple[Pod, str]]) -> list[BindResult]:
-        return list(await asyncio.gather(*(self.bind(pod, node) for pod, node in assignments)))
+    async def bind_all(
+        self, assignments: Sequence[tuple[Pod, str]], *, group_uid: str = ""
+    ) -> list[BindResult]:
+        binds = (self.bind(pod, node, group_uid=group_uid) for pod, node in assignments)
+        return list(await asyncio.gather(*binds))
 
     async def delete_pod(self, pod: Pod, *, reason: str) -> bool:
         """Delete a pod (its controller recreates it), only if it is still the same pod."""

@@ -53,6 +53,14 @@ def simulate(paths: tuple[Path, ...], output: str, scheduler_name: str) -> None:
     if inputs.skipped:
         kinds = ", ".join(f"{kind} ({count})" for kind, count in sorted(inputs.skipped.items()))
         click.echo(f"warning: skipped objects of unsupported kinds: {kinds}", err=True)
+    for group in inputs.pod_groups:
+        if group.ignored_priority is not None:
+            click.echo(
+                f"warning: PodGroup {group.namespace}/{group.name}: spec.priority "
+                f"{group.ignored_priority} is ignored (priority comes from priorityClassName or the "
+                "pods' PriorityClass)",
+                err=True,
+            )
     result = sim.run(inputs, scheduler_name=scheduler_name)
     if output == "json":
         click.echo(json.dumps(sim.to_json(result), indent=2))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gangsched.model import Phase, Pod, PodGroup, Reason
+from gangsched.model.text import printable
 
 CONDITION = "PodGroupScheduled"
 
@@ -107,7 +108,7 @@ def build_status(
                 "type": CONDITION,
                 "status": status,
                 "reason": reason,
-                "message": message[:4096],
+                "message": printable(message)[:4096],
                 "lastTransitionTime": transition,
                 "observedGeneration": group.generation,
             }

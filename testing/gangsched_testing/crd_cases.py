@@ -130,6 +130,26 @@ INVALID_SPECS: Final[Mapping[str, Invalid]] = {
         offline="longer than 317",
         apiserver="spec.schedulingConstraints.topology[0].key: Too long",
     ),
+    "key-with-newline": Invalid(
+        example_with(schedulingConstraints={"topology": [{"key": "rack\n\x1b[31mFAKE"}]}),
+        offline="must be a label key",
+        apiserver="must be a label key",
+    ),
+    "key-with-bidi-override": Invalid(
+        example_with(schedulingConstraints={"topology": [{"key": "example.com/\u202erack"}]}),
+        offline="must be a label key",
+        apiserver="must be a label key",
+    ),
+    "key-two-slashes": Invalid(
+        example_with(schedulingConstraints={"topology": [{"key": "a/b/c"}]}),
+        offline="must be a label key",
+        apiserver="must be a label key",
+    ),
+    "key-name-too-long": Invalid(
+        example_with(schedulingConstraints={"topology": [{"key": "example.com/" + "r" * 64}]}),
+        offline="must be a label key",
+        apiserver="must be a label key",
+    ),
     "key-missing": Invalid(
         example_with(schedulingConstraints={"topology": [{"mode": "Required"}]}),
         offline="missing required",

@@ -299,7 +299,7 @@ def test_bad_input_is_reported_not_crashed_on(
     # A pod naming a PodGroup that does not exist.
     create_pods(admin_api, namespace, [pod_manifest("orphan", "ghost")])
     expected = {
-        "nokey": "missing label example.com/nowhere",
+        "nokey": 'missing label "example.com/nowhere"',
         "huge": "fits 2/5",
         "mixed": "schedulerName",
         "noclass": "does-not-exist",

@@ -211,3 +211,49 @@ def test_invalid_podgroups_are_rejected(
     assert info.value.status == 422, info.value.body
     message = json.loads(info.value.body or "{}")["message"]
     assert expected in message, message
+
+
+def _rejected(call: Any) -> str:
+    with pytest.raises(ApiException) as caught:
+        call()
+    assert caught.value.status == 422, caught.value
+    return str(caught.value.body)
+
+
+def test_a_name_that_cannot_be_a_label_value_is_rejected(
+    podgroup_crd: str, objects: client.CustomObjectsApi, namespace: str
+) -> None:
+    """Issue 10.7: pods join with the label scheduling.gangsched.io/pod-group=<name>."""
+    body = _rejected(lambda: _create(objects, namespace, _podgroup("g" * 64, EXAMPLE_SPEC)))
+    assert "at most 63 characters" in body
+    _create(objects, namespace, _podgroup("g" * 63, EXAMPLE_SPEC))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"schedulingPolicy": {"gang": {"minCount": 9}}}, "schedulingPolicy is immutable"),
+        ({"schedulingPolicy": {"basic": {}}}, "schedulingPolicy is immutable"),
+        (
+            {"schedulingConstraints": {"topology": [{"key": "example.com/block"}]}},
+            "schedulingConstraints is immutable",
+        ),
+        ({"priorityClassName": "other"}, "priorityClassName is immutable"),
+        ({"priority": 7}, "priority is immutable"),
+    ],
+)
+def test_the_gang_fields_are_immutable(
+    podgroup_crd: str, objects: client.CustomObjectsApi, namespace: str, change: dict[str, Any], message: str
+) -> None:
+    """Issue 10.6: raising minCount on a running gang made it partial, then rolled it back."""
+    created = _create(objects, namespace, _podgroup("train", EXAMPLE_SPEC))
+    changed = copy.deepcopy(created)
+    changed["spec"].update(change)
+    body = _rejected(
+        lambda: objects.replace_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "train", changed)
+    )
+    assert message in body
+    # The timeout is not a gang field: it may change.
+    changed = copy.deepcopy(created)
+    changed["spec"]["scheduleTimeoutSeconds"] = 900
+    objects.replace_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "train", changed)

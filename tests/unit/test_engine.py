@@ -5,8 +5,17 @@ from __future__ import annotations
 from collections import Counter
 
 from gangsched.engine import CycleResult, GroupDecision, schedule_cycle
-from gangsched.model import Node, Pod, PodGroup, Reason
-from gangsched_testing.builders import BLOCK, RACK, node, pod, pod_group, pods, topology_nodes
+from gangsched.model import Node, Pod, PodGroup, PriorityClass, PriorityClasses, Reason, parse_pod_group
+from gangsched_testing.builders import (
+    BLOCK,
+    RACK,
+    node,
+    pod,
+    pod_group,
+    pod_group_manifest,
+    pods,
+    topology_nodes,
+)
 
 
 def run(nodes: list[Node], all_pods: list[Pod], groups: list[PodGroup], **kwargs: object) -> CycleResult:
@@ -195,7 +204,7 @@ def test_nodes_missing_a_required_label_are_not_used() -> None:
     result = run(nodes, pods("w", 2, "g", gpu=8), [pod_group("g", 2, topology=[(RACK, "Required")])])
     d = decision(result, "g")
     assert not d.scheduled
-    assert "1 missing label example.com/rack" in d.message
+    assert '1 missing label "example.com/rack"' in d.message
 
 
 # --------------------------------------------------------------------------- topology
@@ -295,13 +304,29 @@ def test_heterogeneous_fit_found_when_greedy_order_fails() -> None:
 
 
 def test_queue_priority_first() -> None:
+    """Priority from the pods (admission sets it from their PriorityClass)."""
     nodes = [node("a", gpu=8)]
-    groups = [pod_group("low", 1, priority=1, created="2026-01-01T00:00:00Z")]
-    groups.append(pod_group("high", 1, priority=100, created="2026-01-02T00:00:00Z"))
-    members = pods("l", 1, "low", gpu=8) + pods("h", 1, "high", gpu=8)
+    groups = [pod_group("low", 1, created="2026-01-01T00:00:00Z")]
+    groups.append(pod_group("high", 1, created="2026-01-02T00:00:00Z"))
+    members = pods("l", 1, "low", gpu=8, priority=1) + pods("h", 1, "high", gpu=8, priority=100)
     result = run(nodes, members, groups)
     assert decision(result, "high").scheduled
     assert not decision(result, "low").scheduled
+
+
+def test_queue_priority_from_the_groups_priority_class_not_its_spec_priority() -> None:
+    """A tenant's spec.priority does not jump the queue; the administrator's PriorityClass does."""
+    classes = PriorityClasses([PriorityClass("high", 1000)])
+    nodes = [node("a", gpu=8)]
+    greedy = pod_group_manifest("greedy", 1, priority=2_147_483_647, created="2026-01-01T00:00:00Z")
+    admin = pod_group_manifest("admin", 1, priority_class="high", created="2026-01-02T00:00:00Z")
+    groups = [parse_pod_group(greedy, priorities=classes), parse_pod_group(admin, priorities=classes)]
+    assert groups[0].ignored_priority == 2_147_483_647
+    assert groups[1].ignored_priority is None
+    members = pods("g", 1, "greedy", gpu=8) + pods("a", 1, "admin", gpu=8)
+    result = run(nodes, members, groups)
+    assert decision(result, "admin").scheduled
+    assert not decision(result, "greedy").scheduled
 
 
 def test_a_big_gang_that_does_not_fit_does_not_block_small_ones() -> None:

@@ -301,10 +301,17 @@ def test_pod_group_priority_resolution() -> None:
         parse_pod_group(group_obj({**GANG, "priorityClassName": "high"}), priorities=priorities).priority
         == 1000
     )
-    explicit = parse_pod_group(
+    # spec.priority is the tenant's word: ignored (and reported) unless it is the class's value.
+    disagreeing = parse_pod_group(
         group_obj({**GANG, "priorityClassName": "high", "priority": 3}), priorities=priorities
     )
-    assert explicit.priority == 3
+    assert (disagreeing.priority, disagreeing.ignored_priority) == (1000, 3)
+    agreeing = parse_pod_group(
+        group_obj({**GANG, "priorityClassName": "high", "priority": 1000}), priorities=priorities
+    )
+    assert (agreeing.priority, agreeing.ignored_priority) == (1000, None)
+    alone = parse_pod_group(group_obj({**GANG, "priority": 2_147_483_647}), priorities=priorities)
+    assert (alone.priority, alone.ignored_priority, alone.has_priority_class) == (0, 2_147_483_647, False)
     assert parse_pod_group(group_obj(GANG), priorities=priorities).priority == 0
     # Without a table (nothing to look up) the class is not an error.
     assert parse_pod_group(group_obj({**GANG, "priorityClassName": "high"})).spec is not None

@@ -13,7 +13,7 @@ import gangsched.loop.scheduler as scheduler_module
 from gangsched.binder import BindOutcome, BindResult
 from gangsched.cluster import ClusterCache, LiveReader
 from gangsched.loop import Scheduler, SchedulerConfig
-from gangsched.model import Pod
+from gangsched.model import BOUND_FOR_ANNOTATION, Pod
 from gangsched_testing.builders import node_manifest, pod_group_manifest, pod_manifest
 
 
@@ -28,7 +28,9 @@ class FakeBinder:
         self.outcomes: dict[str, BindOutcome] = {}
         self.live: dict[tuple[str, str], dict[str, Any] | None] = {}
 
-    async def bind_all(self, assignments: Sequence[tuple[Pod, str]]) -> list[BindResult]:
+    async def bind_all(
+        self, assignments: Sequence[tuple[Pod, str]], *, group_uid: str = ""
+    ) -> list[BindResult]:
         out = []
         for pod, node in assignments:
             outcome = self.outcomes.get(pod.name, BindOutcome.BOUND)
@@ -200,7 +202,9 @@ def test_a_partial_gang_is_rolled_back_after_its_timeout() -> None:
         sched = make(cache, binder, clock)
         cache.apply_node("ADDED", node("n1"))
         cache.apply_pod_group("ADDED", group(2, timeout=30))
-        cache.apply_pod("ADDED", pod("g-0", 10, node_name="n1", phase="Running"))  # 1 of minCount 2
+        bound = pod("g-0", 10, node_name="n1", phase="Running")  # 1 of minCount 2, bound by us for "pg"
+        bound["metadata"]["annotations"] = {BOUND_FOR_ANNOTATION: "pg"}
+        cache.apply_pod("ADDED", bound)
         await sched.cycle()
         await settle(sched)
         assert binder.deleted == []
@@ -238,5 +242,30 @@ def test_metrics_record_cycles_binds_latency_and_pending_reasons() -> None:
         assert "gangsched_engine_cycle_duration_seconds_count 1.0" in text
         assert "gangsched_cache_write_lag_seconds_count 1.0" in text
         assert "gangsched_cycles_total 1.0" in text
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("bound_for", ["", "uid-of-an-earlier-incarnation"])
+def test_a_partial_gang_never_rolls_back_pods_it_did_not_bind(bound_for: str) -> None:
+    """Issue 10.6: pods another scheduler bound, or we bound for a PodGroup of the same name
+    that was deleted since, are not ours to delete."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        cache = ClusterCache()
+        binder = FakeBinder()
+        sched = make(cache, binder, clock)
+        cache.apply_node("ADDED", node("n1"))
+        cache.apply_pod_group("ADDED", group(2, timeout=30))
+        bound = pod("g-0", 10, node_name="n1", phase="Running")
+        if bound_for:
+            bound["metadata"]["annotations"] = {BOUND_FOR_ANNOTATION: bound_for}
+        cache.apply_pod("ADDED", bound)
+        for _ in range(3):
+            await sched.cycle()
+            await settle(sched)
+            clock.now += 31
+        assert binder.deleted == []
 
     asyncio.run(scenario())

@@ -28,6 +28,7 @@ from gangsched.engine.snapshot import (
     UNSCHEDULABLE,
     IntArray,
 )
+from gangsched.model.text import quoted
 
 _FIXED_REASONS = {
     UNSCHEDULABLE: "node(s) were unschedulable",
@@ -117,7 +118,7 @@ def _reason_counts(cap: GroupCapacity, reason: npt.NDArray[np.int8], cls: PodCla
             codes, _ = cap.snap.label_codes(key)
             lacking = missing[codes[missing] < 0]
             if lacking.size:
-                counter[f"missing label {key}"] += int(lacking.size)
+                counter[f"missing label {quoted(key)}"] += int(lacking.size)
             missing = missing[codes[missing] >= 0]
     if counts[INSUFFICIENT]:
         for name, count in _bottlenecks(cap, np.flatnonzero(reason == INSUFFICIENT), cls).items():

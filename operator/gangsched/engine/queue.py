@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from gangsched.engine.types import GroupDecision, GroupRequest
 from gangsched.model import Pod, PodGroup, Reason
+from gangsched.model.text import quoted
 
 Key = tuple[str, str]
 
@@ -104,8 +105,8 @@ def _single_pod(pod: Pod, waiting: float) -> GroupRequest:
 def _group(group: PodGroup, pending: list[Pod], members: list[Pod], waiting: float) -> GroupRequest:
     assert group.spec is not None
     bound = [p for p in members if p.node_name and not p.terminal]
+    # The group's PriorityClass, else its pods' priority (set by admission, never by the tenant).
     pod_priority = max((p.priority for p in pending), default=0)
-    has_priority = group.spec.priority is not None or group.spec.priority_class_name
     return GroupRequest(
         namespace=group.namespace,
         name=group.name,
@@ -114,7 +115,7 @@ def _group(group: PodGroup, pending: list[Pod], members: list[Pod], waiting: flo
         topology=group.spec.scheduling_constraints.topology,
         pending=pending,
         bound=bound,
-        priority=group.priority if has_priority else pod_priority,
+        priority=group.priority if group.has_priority_class else pod_priority,
         created=group.created,
         waiting_seconds=waiting,
     )
@@ -142,7 +143,8 @@ def gate_group(
     if len(scheduler_names) > 1:
         return unplaced(
             Reason.UNSCHEDULABLE,
-            "pods of one PodGroup must share one schedulerName; found " + ", ".join(sorted(scheduler_names)),
+            "pods of one PodGroup must share one schedulerName; found "
+            + ", ".join(quoted(n) for n in sorted(scheduler_names)),
         )
     # Gated pods are not ready to be scheduled yet, as in kube-scheduler's PreEnqueue.
     alive = [p for p in members if not p.terminal and not p.deleting and not p.scheduling_gated]

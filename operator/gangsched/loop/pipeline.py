@@ -92,7 +92,8 @@ class BindingPipeline:
         try:
             if not await self._pre_bind(plan):
                 return
-            results = await self.binder.bind_all(plan.assignments)
+            group = self.cache.pod_groups.get(plan.key) if plan.decision.is_pod_group else None
+            results = await self.binder.bind_all(plan.assignments, group_uid=group.uid if group else "")
             await self._outcomes(plan, results)
         except Exception:
             log.exception("binding %s/%s failed", *plan.key)

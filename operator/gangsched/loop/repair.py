@@ -79,7 +79,14 @@ class GangRepair:
     async def _roll_back(
         self, key: Key, uid: str, min_count: int, counts: Counts, members: list[Pod], timeout: float
     ) -> None:
-        bound = [p for p in members if p.node_name and not p.terminal]
+        # Only pods we bound, for this incarnation of the group: never pods another scheduler
+        # (or a PodGroup of the same name before) placed.
+        bound = [p for p in members if p.node_name and not p.terminal and p.bound_for == uid]
+        if not bound:
+            log.info(
+                "PodGroup %s/%s is partial with no member gangsched bound for it; nothing to roll back", *key
+            )
+            return
         message = (
             f"only {counts.active}/{min_count} pods could be bound within {timeout:.0f}s; "
             f"deleting the {len(bound)} bound pods so the gang is not left partial"

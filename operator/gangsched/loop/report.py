@@ -33,6 +33,7 @@ class Reporter:
         self._last_event: dict[Key, str] = {}
         self._pod_events_sent: dict[Key, str] = {}
         self._dirty: set[Key] = set()  # groups whose status may need a write
+        self._priority_warned: set[str] = set()  # PodGroup UIDs told their spec.priority is ignored
 
     def verdict(self, key: Key) -> Verdict:
         return self._verdicts.get(key) or Verdict()
@@ -82,6 +83,11 @@ class Reporter:
             group = self.cache.pod_groups.get(key)
             if group is None or not self.config.in_scope(key[0]):
                 continue
+            if group.ignored_priority is not None and group.uid not in self._priority_warned:
+                self._priority_warned.add(group.uid)
+                self._warn_priority(
+                    key, group.uid, group.ignored_priority, group.has_priority_class, group.priority
+                )
             members = self.cache.members(key, assumed=True)
             previous = self._written.get(key) or self.cache.last_status(key)
             status = build_status(group, members, self.verdict(key), previous=previous, now=now_rfc3339())
@@ -96,6 +102,15 @@ class Reporter:
             self._written[key] = status
             if rv is not None:
                 self.cache.wrote_pod_group(key, rv)
+
+    def _warn_priority(self, key: Key, uid: str, ignored: int, has_class: bool, value: int) -> None:
+        source = f"its priorityClassName ({value})" if has_class else "its pods' PriorityClass"
+        message = (
+            f"spec.priority {ignored} is ignored: a PodGroup's priority comes only from {source}, "
+            "which an administrator controls"
+        )
+        log.warning("PodGroup %s/%s: %s", *key, message)
+        self.post(pod_group_ref(*key, uid), "Warning", EventReason.PRIORITY_IGNORED, message)
 
     def forget(self, key: Key) -> None:
         for table in (self._verdicts, self._written, self._last_event):

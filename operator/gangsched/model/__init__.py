@@ -6,6 +6,7 @@ dataclasses these modules produce. One module per kind; this package face re-exp
 """
 
 from gangsched.model.common import (
+    BOUND_FOR_ANNOTATION,
     DEFAULT_SCHEDULER_NAME,
     GROUP,
     LIVE_PODS_SELECTOR,
@@ -39,6 +40,7 @@ from gangsched.model.priority import PriorityClass, PriorityClasses, parse_prior
 from gangsched.model.reasons import EventReason, Phase, Reason
 
 __all__ = [
+    "BOUND_FOR_ANNOTATION",
     "DEFAULT_SCHEDULER_NAME",
     "GROUP",
     "LIVE_PODS_SELECTOR",

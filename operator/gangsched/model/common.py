@@ -6,6 +6,7 @@ Readers raise ModelError with a message that names the field, because users see 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +16,8 @@ GROUP = "scheduling.gangsched.io"
 VERSION = "v1alpha1"
 PLURAL = "podgroups"
 POD_GROUP_LABEL = f"{GROUP}/pod-group"
+# Set on a pod through its Binding: the UID of the PodGroup incarnation we bound it for.
+BOUND_FOR_ANNOTATION = f"{GROUP}/bound-for-pod-group"
 DEFAULT_SCHEDULER_NAME = "gangsched"
 MAX_TOPOLOGY_LEVELS = 5
 PODS = "pods"
@@ -25,6 +28,28 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 LIVE_PODS_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 
 NAMESPACE_DEFAULT = "default"
+
+
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+LABEL_KEY_RULE = (
+    "must be a label key: an optional DNS subdomain prefix (at most 253 characters) and '/', "
+    "then a name of at most 63 characters of letters, digits, '-', '_' and '.', beginning and "
+    "ending with a letter or digit"
+)
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why `key` is not a Kubernetes label key (as the CRD checks it), or None."""
+    prefix, slash, name = key.rpartition("/")
+    if (
+        not _LABEL_NAME.fullmatch(name)
+        or len(name) > 63
+        or (slash and (not _DNS_SUBDOMAIN.fullmatch(prefix) or len(prefix) > 253))
+    ):
+        return LABEL_KEY_RULE
+    return None
 
 
 class ModelError(ValueError):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gangsched.model.common import (
+    BOUND_FOR_ANNOTATION,
     NAMESPACE_DEFAULT,
     POD_GROUP_LABEL,
     PODS,
@@ -84,6 +85,8 @@ class Pod:
     created: str = ""
     deleting: bool = False
     scheduling_gated: bool = False
+    # The PodGroup UID gangsched bound this pod for (BOUND_FOR_ANNOTATION), "" if not bound by us.
+    bound_for: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -238,4 +241,5 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         created=str(meta.get("creationTimestamp") or ""),
         deleting=meta.get("deletionTimestamp") is not None,
         scheduling_gated=bool(spec.get("schedulingGates")),
+        bound_for=str((meta.get("annotations") or {}).get(BOUND_FOR_ANNOTATION) or ""),
     )

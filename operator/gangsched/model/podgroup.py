@@ -13,7 +13,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gangsched.model.common import MAX_TOPOLOGY_LEVELS, NAMESPACE_DEFAULT, ModelError, object_meta
+from gangsched.model.common import (
+    MAX_TOPOLOGY_LEVELS,
+    NAMESPACE_DEFAULT,
+    ModelError,
+    label_key_problem,
+    object_meta,
+)
 from gangsched.model.priority import PriorityClasses
 
 
@@ -48,6 +54,14 @@ class SchedulingPolicy(_Strict):
 class TopologyConstraint(_Strict):
     key: str = Field(min_length=1, max_length=317)
     mode: TopologyMode = TopologyMode.REQUIRED
+
+    @field_validator("key")
+    @classmethod
+    def _label_key(cls, value: str) -> str:
+        problem = label_key_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class SchedulingConstraints(_Strict):
@@ -110,15 +124,23 @@ class PodGroup:
     spec: PodGroupSpec | None
     # Set instead of spec when the spec does not validate; the group is then Unschedulable.
     spec_error: str | None = None
+    # The value of the PriorityClass the group names (0 when it names none: the loop then
+    # takes its pods' admission-set priority). Never spec.priority: tenants write that.
     priority: int = 0
     created: str = ""
     uid: str = ""
     generation: int = 0
     resource_version: str = ""
+    # spec.priority when set and not equal to the class's value: ignored, and said so.
+    ignored_priority: int | None = None
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
+
+    @property
+    def has_priority_class(self) -> bool:
+        return self.spec is not None and bool(self.spec.priority_class_name)
 
 
 def parse_pod_group(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = None) -> PodGroup:
@@ -131,15 +153,17 @@ def parse_pod_group(obj: Mapping[str, Any], *, priorities: PriorityClasses | Non
     except ModelError as exc:
         error = str(exc)
     priority = 0
+    ignored = None
     if spec is not None:
-        if spec.priority is not None:
-            priority = spec.priority
-        elif spec.priority_class_name:
+        if spec.priority_class_name:
             value = priorities.value(spec.priority_class_name) if priorities is not None else None
             if priorities is not None and value is None:
                 error = f"PriorityClass {spec.priority_class_name!r} not found"
             elif value is not None:
                 priority = value
+        # Only an administrator's PriorityClass counts, as admission-set pod priorities do.
+        if spec.priority is not None and (not spec.priority_class_name or spec.priority != priority):
+            ignored = spec.priority
     return PodGroup(
         namespace=str(meta.get("namespace") or NAMESPACE_DEFAULT),
         name=str(meta["name"]),
@@ -150,4 +174,5 @@ def parse_pod_group(obj: Mapping[str, Any], *, priorities: PriorityClasses | Non
         uid=str(meta.get("uid") or ""),
         generation=int(meta.get("generation") or 0),
         resource_version=str(meta.get("resourceVersion") or ""),
+        ignored_priority=ignored,
     )

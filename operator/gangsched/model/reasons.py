@@ -43,5 +43,7 @@ class EventReason(StrEnum):
     WAITING_FOR_PODS = "WaitingForPods"
     TIMEOUT = "Timeout"
     BINDING_FAILED = "BindingFailed"
+    # On a PodGroup whose spec.priority is ignored (it is not the administrator's word).
+    PRIORITY_IGNORED = "PriorityIgnored"
     # On a pod without a PodGroup (or whose PodGroup is missing), as kube-scheduler posts it.
     FAILED_SCHEDULING = "FailedScheduling"
