@@ -190,7 +190,12 @@ class Binder:
         )
         try:
             await self.transport.call("POST", f"/api/v1/namespaces/{involved['namespace']}/events", body=body)
-        except Exception as exc:
+        except Exception as exc:  # one line: an ApiException's str() carries every HTTP header
+            detail = error_message(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
             log.warning(
-                "could not post event %s on %s/%s: %s", reason, involved["namespace"], involved["name"], exc
+                "could not post event %s on %s/%s: %s",
+                reason,
+                involved["namespace"],
+                involved["name"],
+                detail,
             )

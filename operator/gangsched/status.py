@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gangsched.model import Phase, Pod, PodGroup, Reason
+from gangsched.engine.queue import waiting_for_pods
+from gangsched.model import DEFAULT_SCHEDULER_NAME, Phase, Pod, PodGroup, Reason
 from gangsched.model.text import printable
 
 CONDITION = "PodGroupScheduled"
@@ -68,7 +69,9 @@ def phase_of(group: PodGroup, counts: Counts, verdict: Verdict) -> Phase:
     return Phase.PENDING
 
 
-def condition_of(group: PodGroup, counts: Counts, verdict: Verdict) -> tuple[str, str, str]:
+def condition_of(
+    group: PodGroup, counts: Counts, verdict: Verdict, members: Sequence[Pod] = (), scheduler_name: str = ""
+) -> tuple[str, str, str]:
     """(status, reason, message) of the PodGroupScheduled condition."""
     if group.spec is None:
         return "False", Reason.UNSCHEDULABLE, f"invalid PodGroup: {group.spec_error}"
@@ -77,8 +80,8 @@ def condition_of(group: PodGroup, counts: Counts, verdict: Verdict) -> tuple[str
         message = verdict.message if verdict.reason == Reason.SCHEDULED and verdict.message else ""
         return "True", Reason.SCHEDULED, message or f"{counts.scheduled}/{counts.pods} pods scheduled"
     if verdict.reason in (None, Reason.WAITING_FOR_PODS):
-        # Recomputed from the counts: the verdict's copy may be a pod or two behind.
-        return "False", Reason.WAITING_FOR_PODS, f"waiting for pods: {counts.pods}/{quorum} of minCount exist"
+        # Recomputed from the members: the verdict's copy may be a pod or two behind.
+        return "False", Reason.WAITING_FOR_PODS, waiting_for_pods(members, quorum, scheduler_name)
     if verdict.reason == Reason.SCHEDULED:
         return "False", Reason.SCHEDULED, verdict.message
     return "False", verdict.reason, verdict.message
@@ -91,10 +94,11 @@ def build_status(
     *,
     previous: Mapping[str, Any] | None,
     now: str,
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
 ) -> dict[str, Any]:
     """The full status object; lastTransitionTime moves only when the condition changes."""
     counts = Counts.of(members)
-    status, reason, message = condition_of(group, counts, verdict)
+    status, reason, message = condition_of(group, counts, verdict, members, scheduler_name)
     transition = now
     for cond in (previous or {}).get("conditions") or []:
         if cond.get("type") == CONDITION and cond.get("status") == status and cond.get("reason") == reason:

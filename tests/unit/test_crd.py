@@ -37,13 +37,27 @@ CEL_RULES: dict[str, Callable[[Any], bool] | None] = {
         sum(1 for u in v if u["key"] == t["key"]) == 1 for t in v
     ),
     "self.metadata.name.size() <= 63": lambda v: len(v["metadata"]["name"]) <= 63,
-    "self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$') && self.split('/')[self.split('/').size() - 1].size() <= 63 && (!self.contains('/') || self.split('/')[0].size() <= 253)": lambda v: (
-        label_key_problem(v) is None
-    ),
+    (
+        r"self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+        r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')"
+        " && self.split('/')[self.split('/').size() - 1].size() <= 63 && "
+        "(!self.contains('/') || self.split('/')[0].size() <= 253)"
+    ): lambda v: label_key_problem(v) is None,
     "self.schedulingPolicy == oldSelf.schedulingPolicy": None,
-    "has(self.schedulingConstraints) == has(oldSelf.schedulingConstraints) && (!has(self.schedulingConstraints) || self.schedulingConstraints == oldSelf.schedulingConstraints)": None,
-    "has(self.priorityClassName) == has(oldSelf.priorityClassName) && (!has(self.priorityClassName) || self.priorityClassName == oldSelf.priorityClassName)": None,
-    "has(self.priority) == has(oldSelf.priority) && (!has(self.priority) || self.priority == oldSelf.priority)": None,
+    (
+        "has(self.schedulingConstraints) == has(oldSelf.schedulingConstraints) && "
+        "(!has(self.schedulingConstraints) || self.schedulingConstraints == "
+        "oldSelf.schedulingConstraints)"
+    ): None,
+    (
+        "has(self.priorityClassName) == has(oldSelf.priorityClassName) && "
+        "(!has(self.priorityClassName) || self.priorityClassName == "
+        "oldSelf.priorityClassName)"
+    ): None,
+    (
+        "has(self.priority) == has(oldSelf.priority) && (!has(self.priority) || "
+        "self.priority == oldSelf.priority)"
+    ): None,
 }
 
 INT32 = (-(2**31), 2**31 - 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from gangsched.engine import CycleResult, GroupDecision, schedule_cycle
+from gangsched.engine.queue import waiting_for_pods
 from gangsched.model import Node, Pod, PodGroup, PriorityClass, PriorityClasses, Reason, parse_pod_group
 from gangsched_testing.builders import (
     BLOCK,
@@ -397,3 +398,31 @@ def test_a_repaired_gang_stays_in_its_preferred_domain() -> None:
         nodes, load + bound + [pod("w-1", "g", gpu=8)], [pod_group("g", 2, topology=[(RACK, "Preferred")])]
     )
     assert decision(result, "g").assignments == {("ml", "w-1"): "z0-b0-r2-h1"}
+
+
+# --------------------------------------------------------------------------- messages (issue 10.8)
+
+
+def test_waiting_says_what_is_waited_for() -> None:
+    gated = [pod(f"g-{i}", "g", spec={"schedulingGates": [{"name": "quota"}]}) for i in range(2)]
+    result = run([node("a")], gated, [pod_group("g", 2)])
+    # Gated pods are not pending: nothing to decide, the status says why (below).
+    assert result.decisions == []
+    members = [*gated, pod("o-0", "g", scheduler="volcano")]
+    message = waiting_for_pods(members, 4, "gangsched")
+    assert message == (
+        "waiting for pods: 0/4 of minCount ready to schedule: 2 pods have schedulingGates, "
+        '1 pod names scheduler "volcano", 1 more pod to be created'
+    )
+    assert (
+        waiting_for_pods([pod("x", "g")], 1, "gangsched")
+        == "waiting for pods: 1/1 of minCount ready to schedule"
+    )
+
+
+def test_a_lone_pod_that_fits_nowhere_is_not_told_about_pods_placed_together() -> None:
+    result = run([node("a", gpu=8)], [pod("solo", gpu=16)], [])
+    (d,) = result.decisions
+    assert not d.scheduled
+    assert "placed together" not in d.message
+    assert d.message.endswith("no node can hold the pod")

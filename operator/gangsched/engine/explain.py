@@ -69,8 +69,12 @@ def explain(cap: GroupCapacity, placer: Placer) -> str:
         limits = _bottlenecks(cap, np.flatnonzero(reason == OK), cls)
         if limits:
             message += f" (limited by {limits.most_common(1)[0][0]})"
-    else:
+    elif cap.group.is_gang:
         message += f"; needs {want} pod{'s' if want != 1 else ''} placed together"
+    elif cap.group.is_pod_group:
+        message += "; no node can hold any of its pods"
+    else:
+        message += "; no node can hold the pod"
     return message
 
 

@@ -75,7 +75,7 @@ def build_queue(
         seen_groups.add(key)
         group_pending = pending_by_group[key]
         decision = gate_group(
-            key, groups_by_key.get(key), members.get(key, []), scheduler_names.get(key, set())
+            key, groups_by_key.get(key), members.get(key, []), scheduler_names.get(key, set()), scheduler_name
         )
         if decision is not None:
             decision.pending = group_pending
@@ -126,6 +126,7 @@ def gate_group(
     group: PodGroup | None,
     members: list[Pod],
     scheduler_names: set[str],
+    scheduler_name: str,
 ) -> GroupDecision | None:
     """Decisions that need no placement: missing or invalid group, mixed schedulers, too few pods."""
     namespace, name = key
@@ -150,7 +151,35 @@ def gate_group(
     alive = [p for p in members if not p.terminal and not p.deleting and not p.scheduling_gated]
     if group.spec.is_gang and len(alive) < group.spec.min_count:
         return unplaced(
-            Reason.WAITING_FOR_PODS,
-            f"waiting for pods: {len(alive)}/{group.spec.min_count} of minCount exist",
+            Reason.WAITING_FOR_PODS, waiting_for_pods(members, group.spec.min_count, scheduler_name)
         )
     return None
+
+
+def waiting_for_pods(members: Sequence[Pod], min_count: int, scheduler_name: str) -> str:
+    """What a gang below quorum waits for, said precisely: pods ready to schedule out of
+    minCount, then why the others are not (gated, another scheduler, being deleted, missing)."""
+    live = [p for p in members if not p.terminal]
+    ours = [p for p in live if p.scheduler_name == scheduler_name]
+    ready = [p for p in ours if not p.deleting and not p.scheduling_gated]
+    gated = sum(1 for p in ours if p.scheduling_gated and not p.deleting)
+    deleting = sum(1 for p in ours if p.deleting)
+    others = sorted({p.scheduler_name for p in live if p.scheduler_name != scheduler_name})
+    foreign = len(live) - len(ours)
+    reasons = []
+    if gated:
+        reasons.append(f"{gated} {_pods(gated)} {'has' if gated == 1 else 'have'} schedulingGates")
+    if foreign:
+        names = ", ".join(quoted(n) for n in others)
+        reasons.append(f"{foreign} {_pods(foreign)} name{'s' if foreign == 1 else ''} scheduler {names}")
+    if deleting:
+        reasons.append(f"{deleting} {_pods(deleting)} being deleted")
+    missing = min_count - len(live)
+    if missing > 0:
+        reasons.append(f"{missing} more {_pods(missing)} to be created")
+    head = f"waiting for pods: {len(ready)}/{min_count} of minCount ready to schedule"
+    return head + (": " + ", ".join(reasons) if reasons else "")
+
+
+def _pods(n: int) -> str:
+    return "pod" if n == 1 else "pods"

@@ -90,7 +90,14 @@ class Reporter:
                 )
             members = self.cache.members(key, assumed=True)
             previous = self._written.get(key) or self.cache.last_status(key)
-            status = build_status(group, members, self.verdict(key), previous=previous, now=now_rfc3339())
+            status = build_status(
+                group,
+                members,
+                self.verdict(key),
+                previous=previous,
+                now=now_rfc3339(),
+                scheduler_name=self.config.scheduler_name,
+            )
             if same_status(status, previous):
                 continue
             try:
