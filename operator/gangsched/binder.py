@@ -19,7 +19,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gangsched._rawapi import MERGE_PATCH
+from gangsched._rawapi import MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from gangsched.model import BOUND_FOR_ANNOTATION, GROUP, PLURAL, VERSION, Pod
 from gangsched.model.text import printable
 from gangsched.transport import Transport, error_message
@@ -165,6 +165,25 @@ class Binder:
             )
             return False
         return True
+
+    async def mark_unschedulable(self, pod: Pod, message: str) -> None:
+        """PodScheduled=False/Unschedulable on a pending pod, as kube-scheduler sets it, so that
+        cluster-autoscaler and Karpenter see the pods of a gang that does not fit. Best effort."""
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": printable(message)[:4096],
+            "lastTransitionTime": now_rfc3339(),
+        }
+        # The UID in the patch makes it apply to this pod only, not a recreated one of the name.
+        body = {"metadata": {"uid": pod.uid}, "status": {"conditions": [condition]}}
+        try:
+            await self.transport.call("PATCH", path, body=body, content_type=STRATEGIC_MERGE_PATCH)
+        except Exception as exc:
+            detail = error_message(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
+            log.warning("could not mark pod %s/%s unschedulable: %s", pod.namespace, pod.name, detail)
 
     # ------------------------------------------------------------------ status and events
 

@@ -27,6 +27,7 @@ class FakeBinder:
         self.statuses: list[dict[str, Any]] = []
         self.outcomes: dict[str, BindOutcome] = {}
         self.live: dict[tuple[str, str], dict[str, Any] | None] = {}
+        self.marked: list[str] = []
 
     async def bind_all(
         self, assignments: Sequence[tuple[Pod, str]], *, group_uid: str = ""
@@ -38,6 +39,9 @@ class FakeBinder:
                 self.bound.append((pod.name, node))
             out.append(BindResult(pod, node, outcome))
         return out
+
+    async def mark_unschedulable(self, pod: Pod, message: str) -> None:
+        self.marked.append(pod.name)
 
     async def event(self, *, involved: Mapping[str, str], event_type: str, reason: str, message: str) -> None:
         self.events.append((involved["name"], reason))
@@ -267,5 +271,37 @@ def test_a_partial_gang_never_rolls_back_pods_it_did_not_bind(bound_for: str) ->
             await settle(sched)
             clock.now += 31
         assert binder.deleted == []
+
+    asyncio.run(scenario())
+
+
+def test_pods_of_an_unschedulable_gang_are_marked_once_not_per_attempt() -> None:
+    """Issue 10.9: PodScheduled=False/Unschedulable, so autoscalers see the pods; one patch per pod."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        cache = ClusterCache()
+        binder = FakeBinder()
+        sched = make(cache, binder, clock)
+        cache.apply_node("ADDED", node("n1"))
+        cache.apply_pod_group("ADDED", group(2))
+        cache.apply_pod("ADDED", pod("g-0", 10))
+        cache.apply_pod("ADDED", pod("g-1", 11))  # two 8-GPU pods, one 8-GPU node
+        for _ in range(4):
+            await sched.cycle()
+            await settle(sched)
+            clock.now += 11
+        assert sorted(binder.marked) == ["g-0", "g-1"]
+        # The watch shows the condition: still no second patch.
+        for name, rv in (("g-0", 20), ("g-1", 21)):
+            body = pod(name, rv)
+            body["status"]["conditions"] = [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+            ]
+            cache.apply_pod("MODIFIED", body)
+        cache.apply_node("ADDED", node("n2", gpu=4))  # a change: decided again, still unschedulable
+        await sched.cycle()
+        await settle(sched)
+        assert sorted(binder.marked) == ["g-0", "g-1"]
 
     asyncio.run(scenario())

@@ -32,6 +32,8 @@ class Reporter:
         self._written: dict[Key, dict[str, Any]] = {}
         self._last_event: dict[Key, str] = {}
         self._pod_events_sent: dict[Key, str] = {}
+        # Pods we marked PodScheduled=False/Unschedulable and the watch has not echoed yet.
+        self._marked: set[Key] = set()
         self._dirty: set[Key] = set()  # groups whose status may need a write
         self._priority_warned: set[str] = set()  # PodGroup UIDs told their spec.priority is ignored
 
@@ -54,6 +56,8 @@ class Reporter:
         """Record a group the engine did not place, and tell its PodGroup (or its pods) why."""
         key = decision.key
         self._verdicts[key] = Verdict(reason=decision.reason, message=decision.message)
+        if decision.reason == Reason.UNSCHEDULABLE:
+            self._mark_pods(decision)
         if decision.is_pod_group and decision.reason != Reason.POD_GROUP_NOT_FOUND:
             self._dirty.add(key)
             if self._last_event.get(key) == decision.message:
@@ -69,6 +73,21 @@ class Reporter:
             if self._pod_events_sent.get(pod.key) != decision.message:
                 self._pod_events_sent[pod.key] = decision.message
                 self.post(pod_ref(pod), "Warning", EventReason.FAILED_SCHEDULING, decision.message)
+
+    def _mark_pods(self, decision: GroupDecision) -> None:
+        """PodScheduled=False/Unschedulable on each pending pod, once per change of reason
+        (not per attempt: a gang of 1,000 pods retried every few seconds would be a flood)."""
+        for pod in decision.pending:
+            if pod.unscheduled_reason == Reason.UNSCHEDULABLE:
+                self._marked.discard(pod.key)  # the watch shows it: nothing more to remember
+                continue
+            if pod.key in self._marked:
+                continue
+            self._marked.add(pod.key)
+            self.tasks.spawn(
+                self.binder.mark_unschedulable(pod, decision.message),
+                name=f"mark {pod.namespace}/{pod.name} unschedulable",
+            )
 
     def post(self, involved: dict[str, str], event_type: str, reason: str, message: str) -> None:
         """An Event, in the background (best effort: a lost Event never stops scheduling)."""
@@ -127,6 +146,7 @@ class Reporter:
         """Drop what is remembered about groups and pods that no longer exist."""
         for key in [k for k in self._pod_events_sent if not pod_exists(k)]:
             del self._pod_events_sent[key]
+        self._marked = {k for k in self._marked if pod_exists(k)}
         for table in (self._verdicts, self._written, self._last_event):
             for key in [k for k in table if not exists(k)]:
                 del table[key]

@@ -87,6 +87,8 @@ class Pod:
     scheduling_gated: bool = False
     # The PodGroup UID gangsched bound this pod for (BOUND_FOR_ANNOTATION), "" if not bound by us.
     bound_for: str = ""
+    # The reason of a False PodScheduled condition ("Unschedulable", "SchedulingGated"), else "".
+    unscheduled_reason: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -242,4 +244,12 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         deleting=meta.get("deletionTimestamp") is not None,
         scheduling_gated=bool(spec.get("schedulingGates")),
         bound_for=str((meta.get("annotations") or {}).get(BOUND_FOR_ANNOTATION) or ""),
+        unscheduled_reason=_unscheduled_reason(status),
     )
+
+
+def _unscheduled_reason(status: Mapping[str, Any]) -> str:
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("reason") or "")
+    return ""
