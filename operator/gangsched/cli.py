@@ -149,6 +149,13 @@ def simulate(paths: tuple[Path, ...], output: str, scheduler_name: str) -> None:
 )
 @click.option("--retry-period", type=float, default=2.0, show_default=True, help="Seconds between renewals.")
 @click.option(
+    "--reservation-after",
+    type=float,
+    default=300.0,
+    show_default=True,
+    help="Seconds a group waits unschedulable before it reserves the domain it is closest to fitting.",
+)
+@click.option(
     "--watch-budget",
     type=float,
     default=60.0,
@@ -212,6 +219,7 @@ def _run_options(opts: dict[str, Any]) -> Any:
             scheduler_name=opts["scheduler_name"],
             namespaces=frozenset(opts["namespaces"]) if opts["namespaces"] else None,
             pod_events=opts["pod_events"],
+            reservation_after_seconds=opts["reservation_after"],
             faults=faults,
         ),
         kubeconfig=opts["kubeconfig"],

@@ -193,6 +193,11 @@ def _register_gauges(op: Operator) -> None:
     )
     metrics.gauge("gangsched_pod_groups", "PodGroups in the cache.", lambda: float(len(cache.pod_groups)))
     metrics.gauge(
+        "gangsched_reservations",
+        "Anti-starvation reservations held (at most one per priority level).",
+        lambda: float(len(op.scheduler.reservations)),
+    )
+    metrics.gauge(
         "gangsched_assumed_pods",
         "Bound by us, not yet seen bound by the watch.",
         lambda: float(cache.assumed_count),

@@ -10,11 +10,13 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
 
 from gangsched_testing import devcluster, fakenodes
+from gangsched_testing.kube import Operator, ensure_crd, start_operator
 
 _HERE = Path(__file__).parent
 
@@ -101,3 +103,24 @@ def fake_nodes(admin_api: client.ApiClient) -> Iterator[Callable[[fakenodes.Node
 
     yield make
     fakenodes.delete_nodes(api=admin_api, names=created)
+
+
+@pytest.fixture
+def operator_factory(
+    control_plane: devcluster.ControlPlane, admin_api: client.ApiClient, tmp_path: Path
+) -> Iterator[Callable[..., Operator]]:
+    """Start operators with `operator_factory(*args, env=...)`; all are stopped after the test."""
+    ensure_crd(admin_api)
+    started: list[Operator] = []
+
+    def start(*args: str, **kwargs: Any) -> Operator:
+        op = start_operator(control_plane, tmp_path, *args, **kwargs)
+        started.append(op)
+        return op
+
+    yield start
+    for op in started:
+        op.stop()
+    for op in started:
+        text = op.log_text()
+        assert "Traceback" not in text, f"the operator logged a traceback:\n{op.tail(80)}"

@@ -12,12 +12,11 @@ from types import ModuleType
 
 import pytest
 from kubernetes import client
-from operator_support import Operator, operator_factory
+from operator_support import Operator
 
 from gangsched_testing import fakenodes
 
 pytestmark = pytest.mark.integration
-__all__ = ["operator_factory"]  # the fixture, re-exported for pytest
 
 DEMO = Path(__file__).resolve().parents[2] / "hack" / "demo.py"
 

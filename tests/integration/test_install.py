@@ -32,7 +32,6 @@ from operator_support import (
     free_port,
     get_pod_group,
     list_pods,
-    operator_factory,
     wait_until,
 )
 
@@ -42,7 +41,6 @@ from gangsched_testing import devcluster, fakenodes
 from gangsched_testing.builders import gang_manifests, pod_group_manifest
 
 pytestmark = pytest.mark.integration
-__all__ = ["operator_factory"]  # the fixture, re-exported for pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"

@@ -15,7 +15,6 @@ from operator_support import (
     create_pod_group,
     create_pods,
     events,
-    operator_factory,
     wait_until,
 )
 
@@ -24,7 +23,6 @@ from gangsched_testing import fakenodes
 from gangsched_testing.builders import gang_manifests, pod_group_manifest
 
 pytestmark = pytest.mark.integration
-__all__ = ["operator_factory"]
 
 NodeFactory = Callable[[fakenodes.NodeSet], list[str]]
 

@@ -19,7 +19,6 @@ from operator_support import (
     events,
     get_pod_group,
     list_pods,
-    operator_factory,
     wait_until,
 )
 
@@ -28,7 +27,6 @@ from gangsched_testing import fakenodes
 from gangsched_testing.builders import gang_manifests, pod_group_manifest, pod_manifest
 
 pytestmark = pytest.mark.integration
-__all__ = ["operator_factory"]  # the fixture, re-exported for pytest
 
 BLOCK = "example.com/block"
 RACK = "example.com/rack"

@@ -23,7 +23,6 @@ from operator_support import (
     events,
     get_pod_group,
     list_pods,
-    operator_factory,
     wait_until,
 )
 

@@ -350,12 +350,63 @@ def test_starving_gang_gets_a_reservation() -> None:
     ]
     members = pods("b", 3, "big", gpu=8) + pods("s", 1, "small", gpu=8)
     result = run(nodes, [*load, *members], groups, waiting_seconds={("ml", "big"): 3600.0})
-    assert result.reservation == ("ml", "big")
+    assert [r.owner for r in result.reservations] == [("ml", "big")]
     assert not decision(result, "small").scheduled
     assert "reserved" in decision(result, "small").message
     # Without waiting that long the small one backfills.
     result = run(nodes, [*load, *members], groups)
     assert decision(result, "small").scheduled
+
+
+def test_a_held_reservation_blocks_groups_behind_its_owner_while_the_owner_backs_off() -> None:
+    """Issue 10.5: the live loop decides a starving gang only now and then (backoff); its
+    reservation must stand in the cycles in between, or smaller gangs take everything."""
+    nodes = [node("a", gpu=8), node("b", gpu=8), node("c", gpu=8)]
+    load = [pod("x", gpu=8, node_name="a", scheduler="other")]
+    groups = [
+        pod_group("big", 3, created="2026-01-01T00:00:00Z"),
+        pod_group("small", 1, created="2026-01-02T00:00:00Z"),
+    ]
+    members = pods("b", 3, "big", gpu=8) + pods("s", 1, "small", gpu=8)
+    first = run(nodes, [*load, *members], groups, waiting_seconds={("ml", "big"): 3600.0})
+    # Next cycle: the big gang is in backoff (excluded), the small one is decided alone.
+    excluded = frozenset(p.key for p in members if p.pod_group == "big")
+    later = schedule_cycle(
+        nodes=nodes,
+        pods=[*load, *members],
+        pod_groups=groups,
+        exclude_pods=excluded,
+        reservations=first.reservations,
+    )
+    assert not decision(later, "small").scheduled
+    assert "reserved" in decision(later, "small").message
+    assert [r.owner for r in later.reservations] == [("ml", "big")]
+
+
+def test_a_gang_that_can_never_fit_reserves_nothing() -> None:
+    """Issue 10.5: one never-fitting gang must not block every node."""
+    nodes = [node("a", gpu=8), node("b", gpu=8)]
+    groups = [
+        pod_group("huge", 3, created="2026-01-01T00:00:00Z"),  # 24 GPUs on a 16-GPU cluster
+        pod_group("small", 1, created="2026-01-02T00:00:00Z"),
+    ]
+    members = pods("h", 3, "huge", gpu=8) + pods("s", 1, "small", gpu=8)
+    result = run(nodes, members, groups, waiting_seconds={("ml", "huge"): 3600.0})
+    assert result.reservations == []
+    assert decision(result, "small").scheduled
+
+
+def test_one_reservation_per_priority_level() -> None:
+    nodes = [node(n, gpu=8) for n in "abcd"]
+    load = [pod(f"x{n}", gpu=8, node_name=n, scheduler="other") for n in "ab"]
+    groups = [
+        pod_group("big1", 3, created="2026-01-01T00:00:00Z"),
+        pod_group("big2", 3, created="2026-01-02T00:00:00Z"),
+    ]
+    members = pods("p", 3, "big1", gpu=8) + pods("q", 3, "big2", gpu=8)
+    waiting = {("ml", "big1"): 3600.0, ("ml", "big2"): 3600.0}
+    result = run(nodes, [*load, *members], groups, waiting_seconds=waiting)
+    assert [r.owner for r in result.reservations] == [("ml", "big1")]
 
 
 def test_explanation_names_reasons_and_best_domain() -> None:

@@ -305,3 +305,58 @@ def test_pods_of_an_unschedulable_gang_are_marked_once_not_per_attempt() -> None
         assert sorted(binder.marked) == ["g-0", "g-1"]
 
     asyncio.run(scenario())
+
+
+def test_the_live_loop_keeps_a_starving_gangs_reservation_while_it_backs_off() -> None:
+    """Issue 10.5: a max-priority gang waited 400 s while 14 smaller gangs kept being placed."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        cache = ClusterCache()
+        binder = FakeBinder()
+        sched = Scheduler(
+            cache=cache,
+            binder=binder,  # type: ignore[arg-type]
+            live=LiveReader(cache=cache, transport=FakeTransport(binder), scheduler_name="gangsched"),  # type: ignore[arg-type]
+            config=SchedulerConfig(consistency_timeout_seconds=0.0, reservation_after_seconds=30.0),
+            clock=clock,
+        )
+        for name in ("n1", "n2", "n3"):
+            cache.apply_node("ADDED", node(name))
+        other = pod("busy", 5, node_name="n1", phase="Running")
+        other["spec"]["schedulerName"] = "default-scheduler"
+        other["metadata"]["labels"] = {}
+        cache.apply_pod("ADDED", other)
+        cache.apply_pod_group("ADDED", group(3))
+        for i in range(3):
+            cache.apply_pod("ADDED", pod(f"g-{i}", 10 + i))
+        rv = 100
+        finished: set[str] = set()
+        for step in range(12):  # two minutes; each 10 s a small job ends and another arrives
+            await sched.cycle()  # the gang is decided (a change happened) and backs off 0.5 s
+            await settle(sched)
+            clock.now += 0.2  # the next job lands while the gang backs off
+            for name, node_name in binder.bound:
+                if name.startswith("small") and name not in finished:
+                    finished.add(name)
+                    rv += 1
+                    done = pod(name, rv, node_name=node_name, phase="Succeeded")
+                    done["metadata"]["labels"] = {}
+                    cache.apply_pod("MODIFIED", done)
+            rv += 1
+            small = pod(f"small-{step}", rv)
+            small["metadata"]["labels"] = {}
+            cache.apply_pod("ADDED", small)
+            await sched.cycle()
+            await settle(sched)
+            clock.now += 9.8
+        small_bound = [name for name, _ in binder.bound if name.startswith("small")]
+        assert len(small_bound) <= 4  # before the reservation (30 s) small jobs take the free nodes
+        assert ("ml", "g") in sched.reservations
+        # The busy node frees up: the gang lands on its reserved nodes.
+        cache.apply_pod("DELETED", other)
+        await sched.cycle()
+        await settle(sched)
+        assert sorted(name for name, _ in binder.bound if name.startswith("g-")) == ["g-0", "g-1", "g-2"]
+
+    asyncio.run(scenario())

@@ -18,13 +18,14 @@ from gangsched.engine.cycle import schedule_cycle, schedule_groups
 from gangsched.engine.queue import queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS
 from gangsched.engine.snapshot import Snapshot
-from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest
+from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Reservation
 
 __all__ = [
     "DEFAULT_RESERVATION_AFTER_SECONDS",
     "CycleResult",
     "GroupDecision",
     "GroupRequest",
+    "Reservation",
     "Snapshot",
     "queue_order",
     "schedule_cycle",

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.explain import explain
+from gangsched.engine.fill import Attempt
 from gangsched.engine.placer import Placer
-from gangsched.engine.queue import Key, build_queue, queue_order
+from gangsched.engine.queue import Key, build_queue, order_key, queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, reservation_nodes
 from gangsched.engine.snapshot import BoolArray, Snapshot
-from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest
+from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Reservation
 from gangsched.model import DEFAULT_SCHEDULER_NAME, Node, Pod, PodGroup, Reason
 
 
@@ -23,39 +26,25 @@ def schedule_groups(
     groups: Sequence[GroupRequest],
     *,
     reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS,
-) -> tuple[list[GroupDecision], Key | None]:
+    held: Sequence[Reservation] = (),
+) -> tuple[list[GroupDecision], list[Reservation]]:
     """Decide for every group in queue order, assuming each placement before the next group.
 
-    A group that does not fit does not block the groups behind it, except that the first
-    group (in queue order) unschedulable for longer than `reservation_after_seconds` reserves
-    the domain it is closest to fitting (see `reservation`).
+    A group that does not fit does not block the groups behind it, except through
+    reservations (see `engine.reservation`): `held` ones the loop kept from earlier cycles
+    for owners not decided now, and those made here for a group unschedulable for longer
+    than `reservation_after_seconds`, one per priority level at most. Returned: the
+    decisions, and the reservations that stand after this cycle.
     """
     decisions: list[GroupDecision] = []
-    blocked: BoolArray | None = None
-    reservation: Key | None = None
+    deciding = {g.key for g in groups}
+    standing = [r for r in held if r.owner not in deciding]
     for group in queue_order(groups):
-        cap = GroupCapacity(snapshot, group, blocked)
+        cap = GroupCapacity(snapshot, group, blocked_for(snapshot, standing, order_key(group)))
         placer = Placer(cap)
         attempt = placer.place()
         if attempt is not None and attempt.placed >= max(cap.need, 1):
-            assignments = placer.commit(attempt)
-            placed = len(assignments)
-            message = f"placed {placed}/{cap.total} pending pod{'s' if cap.total != 1 else ''}"
-            domain = placer.domain_label(attempt)
-            if domain:
-                message += f" in {domain}"
-            decisions.append(
-                GroupDecision(
-                    namespace=group.namespace,
-                    name=group.name,
-                    scheduled=True,
-                    reason=Reason.SCHEDULED,
-                    message=message,
-                    assignments=assignments,
-                    domain=domain,
-                    pending=list(group.pending),
-                )
-            )
+            decisions.append(_placed(group, cap, placer, attempt))
             continue
         decisions.append(
             GroupDecision(
@@ -67,12 +56,49 @@ def schedule_groups(
                 pending=list(group.pending),
             )
         )
-        if reservation is None and group.waiting_seconds >= reservation_after_seconds:
+        level_taken = any(r.priority == group.priority for r in standing)
+        if group.waiting_seconds >= reservation_after_seconds and not level_taken:
             reserved = reservation_nodes(cap)
             if reserved is not None:
-                blocked = reserved if blocked is None else (blocked | reserved)
-                reservation = group.key
-    return decisions, reservation
+                names = frozenset(snapshot.nodes[int(i)].name for i in np.flatnonzero(reserved))
+                standing.append(Reservation(group.key, group.priority, order_key(group), names))
+    return decisions, standing
+
+
+def _placed(group: GroupRequest, cap: GroupCapacity, placer: Placer, attempt: Attempt) -> GroupDecision:
+    assignments = placer.commit(attempt)
+    placed = len(assignments)
+    message = f"placed {placed}/{cap.total} pending pod{'s' if cap.total != 1 else ''}"
+    domain = placer.domain_label(attempt)
+    if domain:
+        message += f" in {domain}"
+    return GroupDecision(
+        namespace=group.namespace,
+        name=group.name,
+        scheduled=True,
+        reason=Reason.SCHEDULED,
+        message=message,
+        assignments=assignments,
+        domain=domain,
+        pending=list(group.pending),
+    )
+
+
+def blocked_for(
+    snapshot: Snapshot, reservations: Sequence[Reservation], order: tuple[int, str, str, str]
+) -> BoolArray | None:
+    """Nodes reserved for groups ahead of `order` in the queue."""
+    mask: BoolArray | None = None
+    for reservation in reservations:
+        if reservation.order >= order:
+            continue
+        nodes = [snapshot.index[n] for n in reservation.nodes if n in snapshot.index]
+        if not nodes:
+            continue
+        if mask is None:
+            mask = np.zeros(len(snapshot.nodes), dtype=bool)
+        mask[nodes] = True
+    return mask
 
 
 def schedule_cycle(
@@ -84,11 +110,13 @@ def schedule_cycle(
     waiting_seconds: Mapping[Key, float] | None = None,
     reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS,
     exclude_pods: frozenset[Key] = frozenset(),
+    reservations: Sequence[Reservation] = (),
 ) -> CycleResult:
     """Group the pending pods of `scheduler_name`, then place every group in queue order.
 
     `pods` is every pod the scheduler knows (bound pods are load, whoever scheduled them).
     `exclude_pods` are pending pods not to place this cycle (e.g. a bind is in flight).
+    `reservations` are those the loop holds from earlier cycles.
     """
     snapshot = Snapshot(nodes, (p for p in pods if p.holds_resources))
     queue = build_queue(
@@ -98,8 +126,8 @@ def schedule_cycle(
         waiting_seconds=waiting_seconds or {},
         exclude_pods=exclude_pods,
     )
-    decisions, reservation = schedule_groups(
-        snapshot, queue.requests, reservation_after_seconds=reservation_after_seconds
+    decisions, standing = schedule_groups(
+        snapshot, queue.requests, reservation_after_seconds=reservation_after_seconds, held=reservations
     )
     for decision, request in zip(decisions, queue_order(queue.requests), strict=True):
         decision.is_pod_group = request.is_pod_group
@@ -112,4 +140,4 @@ def schedule_cycle(
         else:
             decision = by_key[(pod.namespace, pod.pod_group, True)]
         pod_rows.append((pod, decision.assignments.get(pod.key), decision))
-    return CycleResult(decisions=all_decisions, pods=pod_rows, reservation=reservation)
+    return CycleResult(decisions=all_decisions, pods=pod_rows, reservations=standing)

@@ -14,9 +14,13 @@ from gangsched.model.text import quoted
 Key = tuple[str, str]
 
 
-def queue_order(groups: Iterable[GroupRequest]) -> list[GroupRequest]:
+def order_key(group: GroupRequest) -> tuple[int, str, str, str]:
     """Priority (higher first), then creation time, then namespace/name."""
-    return sorted(groups, key=lambda g: (-g.priority, g.created, g.namespace, g.name))
+    return (-group.priority, group.created, group.namespace, group.name)
+
+
+def queue_order(groups: Iterable[GroupRequest]) -> list[GroupRequest]:
+    return sorted(groups, key=order_key)
 
 
 @dataclass(slots=True)

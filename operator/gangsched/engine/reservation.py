@@ -1,8 +1,15 @@
 """The anti-starvation reservation: nodes held back for a group that has waited too long.
 
 Without it a big gang can wait forever while a stream of small gangs takes every node that
-frees up. The first group (in queue order) unschedulable for `reservation_after_seconds`
-reserves the domain it is closest to fitting; groups behind it may not use those nodes.
+frees up. A group unschedulable for `reservation_after_seconds` reserves the domain it is
+closest to fitting; groups behind it in the queue may not use those nodes. So that it
+cannot be abused:
+
+- only a group that fits the cluster when empty reserves (a gang asking more than the
+  largest domain holds would otherwise block it forever);
+- one reservation per priority level, the first holder keeps it;
+- it is released when its group is placed, deleted, or has no pending pods left, and it
+  is held across cycles by the loop (`Reservation`), also while the group backs off.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ def reservation_nodes(cap: GroupCapacity) -> BoolArray | None:
     current, _ = cap.node_capacity(nodes)
     ranked = nodes[np.lexsort((nodes, -current))]
     cum = np.cumsum(empty_cap[ranked])
+    if cum.size == 0 or cum[-1] < want:
+        return None  # it does not fit even an empty cluster: reserving would only block others
     last = int(np.searchsorted(cum, want))
     mask = np.zeros(len(snap.nodes), dtype=bool)
     mask[ranked[: last + 1]] = True

@@ -30,6 +30,18 @@ class GroupRequest:
         return (self.namespace, self.name)
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Nodes held back for a group that waited too long (`engine.reservation`): only groups
+    ahead of `owner` in queue order may use them. The loop keeps it across cycles."""
+
+    owner: tuple[str, str]
+    priority: int
+    # The owner's place in the queue (see `queue.order_key`).
+    order: tuple[int, str, str, str]
+    nodes: frozenset[str]
+
+
 @dataclass(slots=True)
 class GroupDecision:
     namespace: str
@@ -56,5 +68,5 @@ class CycleResult:
     decisions: list[GroupDecision]
     # Pods with their node (None when left pending), one entry per pending pod.
     pods: list[tuple[Pod, str | None, GroupDecision]]
-    # The group currently holding the anti-starvation reservation, if any.
-    reservation: tuple[str, str] | None = None
+    # Anti-starvation reservations after this cycle, at most one per priority level.
+    reservations: list[Reservation] = field(default_factory=list)

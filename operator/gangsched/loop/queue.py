@@ -47,6 +47,12 @@ class SchedulingQueue:
         state = self._states.get(key)
         return state is not None and state.binding
 
+    def starving(self, key: Key, now: float) -> bool:
+        """Unschedulable for longer than the reservation threshold."""
+        state = self._states.get(key)
+        since = state.unschedulable_since if state is not None else None
+        return since is not None and now - since >= self.config.reservation_after_seconds
+
     def due(self, key: Key, now: float, generation: int) -> bool:
         """Has the backoff passed, and is there a reason to try again (a change, or time)?"""
         state = self.state(key)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, Key, LiveReader
-from gangsched.engine import CycleResult, schedule_cycle
+from gangsched.engine import CycleResult, Reservation, schedule_cycle
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.pipeline import BindingPipeline, GangPlan, PreBindStep
 from gangsched.loop.queue import SchedulingQueue
@@ -73,6 +73,8 @@ class Scheduler:
             config=self.config,
             wake_later=self.wake_later,
         )
+        # Anti-starvation reservations, held across cycles (the engine makes and releases them).
+        self.reservations: dict[Key, Reservation] = {}
         self.heartbeat = clock()
         self.cycles = 0
         self._wake = asyncio.Event()
@@ -138,10 +140,26 @@ class Scheduler:
                 waiting_seconds=self.queue.waiting_seconds(now),
                 reservation_after_seconds=self.config.reservation_after_seconds,
                 exclude_pods=frozenset(exclude),
+                reservations=self._live_reservations(),
             )
             self.metrics.engine_seconds.observe(time.perf_counter() - started)
+            self.reservations = {r.owner: r for r in result.reservations}
             self._apply(result, now, seen_generation)
         await self.reporter.write_statuses()
+
+    def _live_reservations(self) -> list[Reservation]:
+        """Reservations whose owner still waits: a deleted group (or pod) releases its own."""
+        cache = self.cache
+        alive = []
+        for owner, reservation in self.reservations.items():
+            if owner in cache.pod_groups:
+                waiting = any(not p.node_name and not p.terminal for p in cache.members(owner, assumed=True))
+            else:
+                pod = cache.pods.get(owner)
+                waiting = pod is not None and not pod.node_name and not cache.is_assumed(owner)
+            if waiting:
+                alive.append(reservation)
+        return alive
 
     async def _select(self, now: float) -> tuple[set[Key], bool]:
         """Pending pods not to place this cycle, and whether any group may be decided at all."""
@@ -168,6 +186,8 @@ class Scheduler:
             return False
         if is_group and not await self._caught_up(key, now):
             return False
+        if key not in self.reservations and self.queue.starving(key, now):
+            return True  # decided now, whatever its backoff: so it gets its reservation now
         return self.queue.due(key, now, self.cache.generation)
 
     async def _caught_up(self, key: Key, now: float) -> bool:
