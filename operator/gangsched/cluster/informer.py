@@ -74,7 +74,8 @@ class WatchHealth:
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._states: dict[str, _State] = {}
-        # Called with the kind when a watch that was down is up again (reconcile other kinds).
+        # Called with the kind when a watch that was down is up again, or had to list again
+        # (events were lost: other kinds, watched elsewhere, should be reconciled too).
         self.on_recovered: list[Callable[[str], None]] = []
 
     def register(self, kind: str) -> None:
@@ -95,7 +96,11 @@ class WatchHealth:
             state.down_since = self.clock()
 
     def listed(self, kind: str) -> None:
-        self._states.setdefault(kind, _State()).relists += 1
+        state = self._states.setdefault(kind, _State())
+        state.relists += 1
+        if state.relists > 1:  # listed again (410, or back after an outage): events were lost
+            for callback in self.on_recovered:
+                callback(kind)
 
     def down_for(self, kind: str) -> float:
         state = self._states.get(kind)
