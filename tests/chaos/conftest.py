@@ -60,9 +60,9 @@ def _answers(cp: devcluster.ControlPlane) -> bool:
     return True
 
 
-@pytest.fixture
-def api(plane: devcluster.ControlPlane) -> Iterator[client.ApiClient]:
-    with plane.api_client() as api:
+@pytest.fixture(scope="session")
+def api(chaos_plane: devcluster.ControlPlane) -> Iterator[client.ApiClient]:
+    with chaos_plane.api_client() as api:
         ensure_crd(api)
         yield api
 
@@ -77,13 +77,16 @@ def namespace(api: client.ApiClient) -> Iterator[str]:
 
 @pytest.fixture
 def nodes(api: client.ApiClient) -> Iterator[Callable[[fakenodes.NodeSet], list[str]]]:
-    """Create fake nodes; every fake node is deleted after the test."""
+    """Create fake nodes; those made here are deleted after the test."""
+    created: list[str] = []
 
     def make(spec: fakenodes.NodeSet) -> list[str]:
-        return fakenodes.create_nodes(api=api, spec=spec)
+        names = fakenodes.create_nodes(api=api, spec=spec)
+        created.extend(names)
+        return names
 
     yield make
-    fakenodes.delete_nodes(api=api)
+    fakenodes.delete_nodes(api=api, names=created)
 
 
 @pytest.fixture
