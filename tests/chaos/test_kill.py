@@ -23,10 +23,11 @@ SEEDS = range(20)
 
 
 @pytest.fixture(scope="module")
-def gpu_nodes(api: client.ApiClient) -> list[str]:
-    return fakenodes.create_nodes(
-        api=api, spec=fakenodes.NodeSet(count=10, name_prefix="kill-", extended={GPU: "8"})
-    )
+def gpu_nodes(api: client.ApiClient) -> Iterator[list[str]]:
+    spec = fakenodes.NodeSet(count=10, name_prefix="kill-", extended={GPU: "8"})
+    names = fakenodes.create_nodes(api=api, spec=spec)
+    yield names
+    fakenodes.delete_nodes(api=api, names=names)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
