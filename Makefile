@@ -8,7 +8,7 @@ export GANGSCHED_K8S_BIN ?= $(HOME)/.cache/gangsched/k8s-$(K8S_VERSION)/bin
 # pytest finds it through pyproject.toml; bench/ and hack/demo.py put it on sys.path.
 TESTING_PATH := PYTHONPATH=testing$${PYTHONPATH:+:$$PYTHONPATH}
 
-.PHONY: setup control-plane test lint typecheck unit integration dev-cluster demo demo-run bench bench-e2e clean
+.PHONY: setup control-plane test lint typecheck unit integration chaos dev-cluster demo demo-run bench bench-e2e clean
 
 setup: ## create .venv with gangsched and its test tools, and build the control plane
 	python3 -m venv $(VENV)
@@ -31,6 +31,12 @@ unit:
 
 integration:
 	$(PY) -m pytest tests/integration -q
+
+# CHAOS_ARGS="--minutes 10 --seed 1"; the report is build/chaos.json (docs/reliability.md)
+chaos: control-plane ## the fault-injection suite, then a 10-minute randomized soak
+	$(PY) -m pytest tests/chaos -q
+	@mkdir -p build
+	$(TESTING_PATH) $(PY) -m gangsched_testing.soak $(or $(CHAOS_ARGS),--minutes 10 --seed 1) --json build/chaos.json
 
 test: lint typecheck ## ruff, mypy and every test
 	$(PY) -m pytest tests -q
