@@ -95,8 +95,14 @@ def build_status(
     previous: Mapping[str, Any] | None,
     now: str,
     scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+    partial_since: str | None = None,
 ) -> dict[str, Any]:
-    """The full status object; lastTransitionTime moves only when the condition changes."""
+    """The full status object; lastTransitionTime moves only when the condition changes.
+
+    `partial_since` (RFC 3339) is when the gang went below minCount with members bound: kept
+    in the status so that a restarted operator still rolls it back on time. None clears it
+    (a JSON null, which the merge patch turns into a removal).
+    """
     counts = Counts.of(members)
     status, reason, message = condition_of(group, counts, verdict, members, scheduler_name)
     transition = now
@@ -125,6 +131,10 @@ def build_status(
     }
     if domain:
         out["domain"] = domain
+    if partial_since is not None:
+        out["partialSince"] = partial_since
+    elif (previous or {}).get("partialSince"):
+        out["partialSince"] = None
     return out
 
 
@@ -134,7 +144,7 @@ def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> boo
         return a is b
 
     def strip(status: Mapping[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in status.items() if k != "conditions"}
+        out = {k: v for k, v in status.items() if k != "conditions" and v is not None}
         out["conditions"] = [
             {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
         ]

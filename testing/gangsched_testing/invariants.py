@@ -1,7 +1,9 @@
 """What must hold whatever faults are injected, checked from the API (never from the operator).
 
 - no node over capacity: the requests of its bound, unfinished pods fit its allocatable;
-- no bind to a deleted node: a pod bound to a node after that node was deleted;
+- no bind to a deleted node: a pod bound to a node more than `bind_grace_seconds` after that
+  node was deleted (a Binding decided before the deletion and still in flight may land just
+  after it, for any scheduler: the API does not check that the node exists);
 - no pod bound twice: at most one `Scheduled` Event per pod UID from gangsched;
 - no partial gang older than its timeout (plus slack): fewer than minCount members bound
   (and not finished), more than none, for longer than scheduleTimeoutSeconds;
@@ -15,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
@@ -69,6 +72,18 @@ def cache_differences(believed: Mapping[str, Any] | None, api: client.ApiClient)
     ]
 
 
+def _scheduled_at(pod: Json) -> datetime | None:
+    """When the Binding landed: the PodScheduled=True condition the apiserver sets then."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "True"
+            and cond.get("lastTransitionTime")
+        ):
+            return datetime.fromisoformat(str(cond["lastTransitionTime"]).replace("Z", "+00:00"))
+    return None
+
+
 @dataclass
 class InvariantChecker:
     api: client.ApiClient
@@ -76,9 +91,11 @@ class InvariantChecker:
     scheduler_name: str = "gangsched"
     # Partial gangs may exceed their timeout by this much before it counts (rollback takes a cycle).
     slack_seconds: float = 15.0
+    bind_grace_seconds: float = 3.0
     violations: list[str] = field(default_factory=list)
     checks: int = 0
-    _deleted_nodes: dict[str, set[str]] = field(default_factory=dict)  # node -> pod uids bound before
+    # node -> (when it was deleted, pod uids bound to it before or reported already)
+    _deleted_nodes: dict[str, tuple[datetime, set[str]]] = field(default_factory=dict)
     _partial_since: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def node_deleted(self, name: str) -> None:
@@ -87,7 +104,7 @@ class InvariantChecker:
             p["metadata"]["uid"]
             for p in list_items(self.api, "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={name}"})
         }
-        self._deleted_nodes[name] = bound
+        self._deleted_nodes[name] = (datetime.now(UTC), bound)
 
     def check(self, now: float | None = None) -> list[str]:
         """Check every invariant once; new violations are returned and kept in `violations`."""
@@ -122,10 +139,17 @@ class InvariantChecker:
         out = []
         for pod in pods:
             node = (pod.get("spec") or {}).get("nodeName")
-            if node in self._deleted_nodes and pod["metadata"]["uid"] not in self._deleted_nodes[node]:
-                meta = pod["metadata"]
+            if node not in self._deleted_nodes:
+                continue
+            deleted_at, known = self._deleted_nodes[node]
+            meta = pod["metadata"]
+            if meta["uid"] in known:
+                continue
+            known.add(meta["uid"])
+            bound_at = _scheduled_at(pod)
+            late = bound_at is None or (bound_at - deleted_at).total_seconds() > self.bind_grace_seconds
+            if late:
                 out.append(f"pod {meta['namespace']}/{meta['name']} bound to deleted node {node}")
-                self._deleted_nodes[node].add(pod["metadata"]["uid"])
         return out
 
     def _double_binds(self) -> list[str]:
@@ -155,10 +179,12 @@ class InvariantChecker:
                 gang = (pg.get("spec") or {}).get("schedulingPolicy", {}).get("gang")
                 if not gang:
                     continue
-                phases = [(p.get("status") or {}).get("phase") for p in members.get(key, [])]
+                # Pods being deleted are leaving (a rollback deletes with a grace period).
+                alive = [p for p in members.get(key, []) if not p["metadata"].get("deletionTimestamp")]
+                phases = [(p.get("status") or {}).get("phase") for p in alive]
                 bound = sum(
                     1
-                    for p, phase in zip(members.get(key, []), phases, strict=True)
+                    for p, phase in zip(alive, phases, strict=True)
                     if p["spec"].get("nodeName") and phase not in ("Succeeded", "Failed")
                 )
                 done = sum(1 for phase in phases if phase in ("Succeeded", "Failed"))

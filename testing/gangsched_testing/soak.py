@@ -274,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write the report here too")
+    parser.add_argument("--logs", type=Path, help="keep the operators' logs in this directory")
     args = parser.parse_args(argv)
     with (
         devcluster.ControlPlane() as plane,
@@ -282,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         fakenodes.NodeAgent(api_client=agent_api),
         tempfile.TemporaryDirectory() as tmp,
     ):
-        soak = Soak(plane, api, seed=args.seed, workdir=Path(tmp))
+        workdir = args.logs or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        soak = Soak(plane, api, seed=args.seed, workdir=workdir)
         soak.start()
         try:
             report = soak.run(args.minutes * 60)

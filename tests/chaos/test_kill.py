@@ -46,9 +46,11 @@ def test_sigkill_at_a_random_point_of_binding(
     time.sleep(rng.uniform(0.0, 0.8))
     first.kill()
     bound_at_kill = len(bound_nodes(api, namespace, "train"))
+    restarted = time.monotonic()
     second = operators("--no-leader-elect")
     placed = wait_until(all_bound(api, namespace, "train", 8), timeout=30, what="the gang after the restart")
+    took = time.monotonic() - restarted
     assert len(set(placed.values())) == 8  # 8 pods of 8 GPUs: one per node
     assert InvariantChecker(api=api, namespaces=[namespace]).check() == []
     assert second.alive()
-    print(f"seed {seed}: killed with {bound_at_kill}/8 bound")
+    print(f"RECOVERY operator SIGKILL mid-binding -> gang whole: {took:.2f}s ({bound_at_kill}/8 bound)")

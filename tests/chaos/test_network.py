@@ -75,7 +75,9 @@ def test_a_forced_410_on_every_watched_kind_leaves_no_ghost(
             what="the cache to recover",
         )
         took = time.monotonic() - started
-        print(f"forced 410 on {len(WATCHED)} kinds: cache equal to the API after {took:.1f}s")
+        print(
+            f"RECOVERY forced 410 on {len(WATCHED)} kinds + deletions -> cache equal to the API: {took:.2f}s"
+        )
     finally:
         request_json(api, "DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{namespace}-pc")
     assert InvariantChecker(api=api, namespaces=[namespace]).check() == []

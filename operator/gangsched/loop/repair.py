@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 from gangsched.binder import Binder, pod_group_ref
 from gangsched.cluster import ClusterCache, Key
@@ -63,12 +64,16 @@ class GangRepair:
                 and not self.queue.binding(key)
             )
             if not partial:
-                self._partial_since.pop(key, None)
+                if self._partial_since.pop(key, None) is not None or self._persisted(key):
+                    self.reporter.partial_since(key, None)
                 continue
             since = self._partial_since.get(key)
             if since is None:
-                self._partial_since[key] = now
-                continue
+                # A restarted operator goes on from when the gang went partial, not from now.
+                since = self._partial_since[key] = now - self._persisted_age(key)
+                self.reporter.partial_since(key, _rfc3339(datetime.now(UTC) - timedelta(seconds=now - since)))
+                if since == now:
+                    continue
             timeout = group.spec.schedule_timeout_seconds or self.config.default_schedule_timeout_seconds
             if now - since < timeout:
                 self._wake_later(timeout - (now - since))
@@ -105,3 +110,25 @@ class GangRepair:
 
     def forget(self, key: Key) -> None:
         self._partial_since.pop(key, None)
+
+    def _persisted(self, key: Key) -> str | None:
+        status = self.cache.last_status(key) or {}
+        value = status.get("partialSince")
+        return str(value) if value else None
+
+    def _persisted_age(self, key: Key) -> float:
+        """Seconds since the partialSince a previous operator wrote (0 when none)."""
+        value = self._persisted(key)
+        if value is None:
+            return 0.0
+        try:
+            stamp = datetime.fromisoformat(value)
+        except ValueError:
+            return 0.0
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=UTC)
+        return max(0.0, (datetime.now(UTC) - stamp).total_seconds())
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -30,6 +30,8 @@ class Reporter:
         self.tasks = tasks
         self._verdicts: dict[Key, Verdict] = {}
         self._written: dict[Key, dict[str, Any]] = {}
+        # When each partial gang went partial (RFC 3339), persisted in its status (see repair).
+        self._partial_since: dict[Key, str] = {}
         self._last_event: dict[Key, str] = {}
         self._pod_events_sent: dict[Key, str] = {}
         # Pods we marked PodScheduled=False/Unschedulable and the watch has not echoed yet.
@@ -43,6 +45,15 @@ class Reporter:
     def set_verdict(self, key: Key, verdict: Verdict) -> None:
         self._verdicts[key] = verdict
         self._dirty.add(key)
+
+    def partial_since(self, key: Key, stamp: str | None) -> None:
+        """Record (or clear, with None) when the gang went partial; written with its status."""
+        if stamp is None:
+            if self._partial_since.pop(key, None) is not None:
+                self._dirty.add(key)
+        elif self._partial_since.get(key) != stamp:
+            self._partial_since[key] = stamp
+            self._dirty.add(key)
 
     def mark(self, key: Key) -> None:
         """The group's status may have changed (a member did): check it at the end of the cycle."""
@@ -116,6 +127,7 @@ class Reporter:
                 previous=previous,
                 now=now_rfc3339(),
                 scheduler_name=self.config.scheduler_name,
+                partial_since=self._partial_since.get(key),
             )
             if same_status(status, previous):
                 continue
@@ -139,7 +151,7 @@ class Reporter:
         self.post(pod_group_ref(*key, uid), "Warning", EventReason.PRIORITY_IGNORED, message)
 
     def forget(self, key: Key) -> None:
-        for table in (self._verdicts, self._written, self._last_event):
+        for table in (self._verdicts, self._written, self._last_event, self._partial_since):
             table.pop(key, None)
 
     def collect(self, exists: Callable[[Key], bool], pod_exists: Callable[[Key], bool]) -> None:
