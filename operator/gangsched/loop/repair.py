@@ -57,11 +57,11 @@ class GangRepair:
             members = [p for p in self.cache.members(key) if p.scheduler_name == self.config.scheduler_name]
             counts = Counts.of(members)
             assumed = sum(1 for p in members if self.cache.is_assumed(p.key))
+            # Bindings in flight count (as assumed): a gang they would complete is not partial.
             partial = (
                 counts.active + assumed > 0
                 and counts.active + assumed + counts.succeeded < group.spec.min_count
                 and counts.failed == 0
-                and not self.queue.binding(key)
             )
             if not partial:
                 if self._partial_since.pop(key, None) is not None or self._persisted(key):
@@ -72,8 +72,17 @@ class GangRepair:
                 # A restarted operator goes on from when the gang went partial, not from now.
                 since = self._partial_since[key] = now - self._persisted_age(key)
                 self.reporter.partial_since(key, _rfc3339(datetime.now(UTC) - timedelta(seconds=now - since)))
+                log.info(
+                    "PodGroup %s/%s is partial: %d/%d members bound %.0fs ago",
+                    *key,
+                    counts.active + assumed,
+                    group.spec.min_count,
+                    now - since,
+                )
                 if since == now:
                     continue
+            if self.queue.binding(key):
+                continue  # more members are being bound: judge once that is over, on the same clock
             timeout = group.spec.schedule_timeout_seconds or self.config.default_schedule_timeout_seconds
             if now - since < timeout:
                 self._wake_later(timeout - (now - since))
