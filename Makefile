@@ -8,7 +8,7 @@ export GANGSCHED_K8S_BIN ?= $(HOME)/.cache/gangsched/k8s-$(K8S_VERSION)/bin
 # pytest finds it through pyproject.toml; bench/ and hack/demo.py put it on sys.path.
 TESTING_PATH := PYTHONPATH=testing$${PYTHONPATH:+:$$PYTHONPATH}
 
-.PHONY: setup control-plane test lint typecheck unit integration chaos dev-cluster demo demo-run bench bench-e2e clean
+.PHONY: setup control-plane dra-oracle test lint typecheck unit integration chaos dev-cluster demo demo-run bench bench-e2e clean
 
 setup: ## create .venv with gangsched and its test tools, and build the control plane
 	python3 -m venv $(VENV)
@@ -16,8 +16,12 @@ setup: ## create .venv with gangsched and its test tools, and build the control 
 	$(VENV)/bin/pip install -q -e '.[test]'
 	$(MAKE) control-plane
 
-control-plane: ## build kube-apiserver, kube-scheduler and etcd once into $(GANGSCHED_K8S_BIN)
+control-plane: ## build kube-apiserver, kube-scheduler, etcd and dra-oracle once into $(GANGSCHED_K8S_BIN)
 	bash hack/build-control-plane.sh
+	bash hack/dra-oracle/build.sh
+
+dra-oracle: ## the Go DRA allocator/CEL oracle for differential tests (hack/dra-oracle/README.md)
+	bash hack/dra-oracle/build.sh
 
 lint:
 	$(PY) -m ruff check operator testing tests bench hack

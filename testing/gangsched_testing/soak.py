@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from gangsched._rawapi import list_items, request_json
 from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
@@ -131,7 +132,14 @@ class Soak:
         weights = [w for w, _ in actions]
         while time.monotonic() < deadline:
             (action,) = self.rng.choices([a for _, a in actions], weights=weights)
-            action()
+            try:
+                action()
+            except ApiException as exc:
+                if exc.status not in (404, 409):
+                    raise
+                self.report.faults["raced with the operator (404/409)"] += (
+                    1  # e.g. a rollback got there first
+                )
             self.report.steps += 1
             self._check()
             if self.report.steps % quiet_every == 0:

@@ -88,11 +88,13 @@ def test_a_paused_leader_sends_nothing_after_losing_the_lease(
     create_pods(api, namespace, gang_manifests("train", 8, gpu=8))
     wait_until(lambda: len(bound_nodes(api, namespace, "train")) >= 2, what="the leader to be binding")
     leader.signal(signal.SIGSTOP)
+    stopped = time.monotonic()
     try:
         wait_until(
             lambda: "standby-b now holds" in standby.log_text(), timeout=30, what="the standby to lead"
         )
         took_over = datetime.now().astimezone()
+        print(f"RECOVERY leader SIGSTOP -> standby leads: {time.monotonic() - stopped:.2f}s")
         # The standby finishes the gang and places another one while the leader is frozen.
         create_pod_group(api, namespace, pod_group_manifest("next", 2))
         create_pods(api, namespace, gang_manifests("next", 2, gpu=8))
