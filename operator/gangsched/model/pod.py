@@ -179,6 +179,57 @@ def _requirements(items: Any, where: str) -> tuple[SelectorRequirement, ...]:
     return tuple(out)
 
 
+def node_selector_terms(selector: Any, where: str) -> tuple[SelectorTerm, ...]:
+    """A v1 NodeSelector's terms (ORed; the requirements of one term are ANDed)."""
+    if not isinstance(selector, Mapping):
+        raise ModelError(f"{where} must be an object")
+    terms = selector.get("nodeSelectorTerms") or []
+    if not isinstance(terms, list):
+        raise ModelError(f"{where}.nodeSelectorTerms must be a list")
+    parsed = []
+    for i, term in enumerate(terms):
+        at = f"{where}.nodeSelectorTerms[{i}]"
+        if not isinstance(term, Mapping):
+            raise ModelError(f"{at} must be an object")
+        parsed.append(
+            SelectorTerm(
+                expressions=_requirements(term.get("matchExpressions"), f"{at}.matchExpressions"),
+                fields=_requirements(term.get("matchFields"), f"{at}.matchFields"),
+            )
+        )
+    return tuple(parsed)
+
+
+def requirement_matches(req: SelectorRequirement, value: str | None) -> bool:
+    """One node selector requirement against a label (or field) value, None when absent."""
+    if req.operator == "Exists":
+        return value is not None
+    if req.operator == "DoesNotExist":
+        return value is None
+    if req.operator == "In":
+        return value is not None and value in req.values
+    if req.operator == "NotIn":
+        return value is None or value not in req.values
+    try:
+        number = int(value) if value is not None else None
+    except ValueError:
+        return False
+    bound = int(req.values[0])
+    return number is not None and (number > bound if req.operator == "Gt" else number < bound)
+
+
+def terms_match(terms: tuple[SelectorTerm, ...], labels: Mapping[str, str], name: str) -> bool:
+    """Whether a node (its labels and name) matches any term; an empty term matches nothing."""
+    for term in terms:
+        if not term.expressions and not term.fields:
+            continue
+        if all(requirement_matches(r, labels.get(r.key)) for r in term.expressions) and all(
+            requirement_matches(r, name if r.key == "metadata.name" else None) for r in term.fields
+        ):
+            return True
+    return False
+
+
 def _placement(spec: Mapping[str, Any]) -> Placement:
     node_selector = tuple(sorted(str_map(spec.get("nodeSelector"), "spec.nodeSelector").items()))
     affinity: tuple[SelectorTerm, ...] | None = None
@@ -186,17 +237,7 @@ def _placement(spec: Mapping[str, Any]) -> Placement:
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or None
     if required is not None:
-        terms = required.get("nodeSelectorTerms") or []
-        parsed = []
-        for i, term in enumerate(terms):
-            where = f"spec.affinity.nodeAffinity.required.nodeSelectorTerms[{i}]"
-            parsed.append(
-                SelectorTerm(
-                    expressions=_requirements(term.get("matchExpressions"), f"{where}.matchExpressions"),
-                    fields=_requirements(term.get("matchFields"), f"{where}.matchFields"),
-                )
-            )
-        affinity = tuple(parsed)
+        affinity = node_selector_terms(required, "spec.affinity.nodeAffinity.required")
     tolerations = []
     for i, tol in enumerate(spec.get("tolerations") or []):
         if not isinstance(tol, Mapping):

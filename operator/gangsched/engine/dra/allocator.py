@@ -1,0 +1,612 @@
+"""Exact device allocation on one node: a port of kube-scheduler v1.36.3's structured allocator.
+
+`k8s.io/dynamic-resource-allocation/structured/internal/incubating` (the variant kube-scheduler
+runs with its default gates): claims, then requests, then devices, first full solution wins,
+combinations not permutations within a request. Per device, in order: not in use (allocated
+anywhere, or being allocated now; adminAccess requests only skip devices of the same claim),
+class then request selectors (CEL), per-device node selection, counters of partitionable
+devices, taints (NoSchedule/NoExecute unless tolerated), constraints. `firstAvailable` tries
+subrequests in order and keeps the first that lets the whole search finish; `All` takes every
+selectable device of complete pools. At most 32 devices per claim.
+
+Where this port differs on purpose (`tests/unit/test_dra_oracle.py` checks the rest against
+the Go code):
+
+- `distinctAttribute` is truly pairwise. Upstream remembers one value per request name, so a
+  request with count > 1 can get two devices with the same value (numa 0,1,0 with count 3).
+- Consumable capacity (`allowMultipleAllocations`) is not shared: such a device is allocated
+  exclusively, never to two claims.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gangsched.engine.dra.pools import DeviceId, Pool, node_matches
+from gangsched.model import Node
+from gangsched.model.dra import (
+    MAX_DEVICES_PER_CLAIM,
+    Attribute,
+    ClaimSpec,
+    Device,
+    DeviceClass,
+    DeviceConstraint,
+    DeviceToleration,
+    ResourceSlice,
+    SubRequest,
+)
+
+# (expression, driver, device, slice) -> whether the device matches; raises CelError.
+Matcher = Callable[[str, str, Device, ResourceSlice], bool]
+
+
+class AllocationError(Exception):
+    """Allocation cannot be attempted (upstream returns an error: the pod is not scheduled)."""
+
+
+class FailedOnNodeError(AllocationError):
+    """Nothing fits on this node and invalid pools were seen (upstream ErrFailedAllocationOnNode)."""
+
+
+class CelError(Exception):
+    """A CEL selector that does not compile (`compile_error`) or fails at run time."""
+
+    def __init__(self, message: str, *, compile_error: bool) -> None:
+        super().__init__(message)
+        self.compile_error = compile_error
+
+
+class SelectorError(AllocationError):
+    """A selector failed: never treated as a match; the message names the class or claim."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimToAllocate:
+    namespace: str
+    name: str
+    spec: ClaimSpec
+
+
+@dataclass(slots=True)
+class DeviceResult:
+    request: str  # "req", or "req/sub" for a firstAvailable alternative
+    driver: str
+    pool: str
+    device: str
+    admin_access: bool
+    tolerations: tuple[DeviceToleration, ...]
+    binding_conditions: tuple[str, ...]
+    binding_failure_conditions: tuple[str, ...]
+    slice: ResourceSlice = field(repr=False)
+    entry: Device = field(repr=False)
+
+    @property
+    def device_id(self) -> DeviceId:
+        return (self.driver, self.pool, self.device)
+
+
+@dataclass(slots=True)
+class AllocationResult:
+    devices: list[DeviceResult]
+    config: list[dict[str, Any]]
+    node_selector: dict[str, Any] | None
+
+    def to_json(self) -> dict[str, Any]:
+        """status.allocation as resource.k8s.io/v1 writes it (without allocationTimestamp)."""
+        results = []
+        for d in self.devices:
+            item: dict[str, Any] = {
+                "request": d.request,
+                "driver": d.driver,
+                "pool": d.pool,
+                "device": d.device,
+            }
+            if d.admin_access:
+                item["adminAccess"] = True
+            if d.tolerations:
+                item["tolerations"] = [_toleration_json(t) for t in d.tolerations]
+            if d.binding_conditions:
+                item["bindingConditions"] = list(d.binding_conditions)
+            if d.binding_failure_conditions:
+                item["bindingFailureConditions"] = list(d.binding_failure_conditions)
+            results.append(item)
+        out: dict[str, Any] = {"devices": {"results": results}}
+        if self.config:
+            out["devices"]["config"] = self.config
+        if self.node_selector is not None:
+            out["nodeSelector"] = self.node_selector
+        return out
+
+
+def _toleration_json(t: DeviceToleration) -> dict[str, Any]:
+    out: dict[str, Any] = {"operator": t.operator}
+    if t.key:
+        out["key"] = t.key
+    if t.value:
+        out["value"] = t.value
+    if t.effect:
+        out["effect"] = t.effect
+    return out
+
+
+@dataclass(slots=True)
+class _Request:
+    """One request, or one firstAvailable alternative, of one claim."""
+
+    sub: SubRequest
+    parent: str | None  # the request's name when `sub` is an alternative
+    device_class: DeviceClass
+    num_devices: int
+    claim: str  # namespace/name, for messages
+    all_devices: list[tuple[Pool, ResourceSlice, Device]] | None = None
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.parent}/{self.sub.name}" if self.parent else self.sub.name
+
+    @property
+    def admin(self) -> bool:
+        return bool(self.sub.admin_access)
+
+
+class _MaxSizeExceededError(Exception):
+    """Backtracking signal: this branch would exceed 32 devices in a claim."""
+
+
+class _Constraint:
+    def __init__(self, spec: DeviceConstraint) -> None:
+        self.requests = set(spec.requests)
+        self.attribute = spec.match_attribute or spec.distinct_attribute or ""
+        self.match = spec.match_attribute is not None
+        self._values: Counter[tuple[str, Any]] = Counter()
+
+    def applies(self, request: str, parent: str | None) -> bool:
+        if not self.requests:
+            return True
+        if parent is None:
+            return request in self.requests
+        return parent in self.requests or f"{parent}/{request}" in self.requests
+
+    def add(self, request: str, parent: str | None, device: Device, driver: str) -> bool:
+        if not self.applies(request, parent):
+            return True
+        attribute = lookup_attribute(device, driver, self.attribute)
+        if attribute is None:
+            return False
+        value = (attribute.kind, attribute.value)
+        if self.match:
+            if self._values and value not in self._values:
+                return False
+        elif value in self._values:
+            return False
+        self._values[value] += 1
+        return True
+
+    def remove(self, request: str, parent: str | None, device: Device, driver: str) -> None:
+        if not self.applies(request, parent):
+            return
+        attribute = lookup_attribute(device, driver, self.attribute)
+        if attribute is not None:
+            value = (attribute.kind, attribute.value)
+            self._values[value] -= 1
+            if self._values[value] <= 0:
+                del self._values[value]
+
+
+def lookup_attribute(device: Device, driver: str, name: str) -> Attribute | None:
+    """A fully qualified attribute name, or the bare id when its domain is the driver."""
+    if name in device.attributes:
+        return device.attributes[name]
+    domain, slash, ident = name.partition("/")
+    if not slash or domain != driver:
+        return None
+    return device.attributes.get(ident)
+
+
+def taint_blocks(device: Device, tolerations: Sequence[DeviceToleration]) -> bool:
+    return any(
+        t.effect in ("NoSchedule", "NoExecute") and not any(tol.tolerates(t) for tol in tolerations)
+        for t in device.taints
+    )
+
+
+class NodeAllocator:
+    """Allocates claims for one node over its pools (see `pools.gather_pools`)."""
+
+    def __init__(
+        self,
+        *,
+        node: Node,
+        pools: Sequence[Pool],
+        classes: Mapping[str, DeviceClass],
+        in_use: set[DeviceId] | frozenset[DeviceId],
+        matcher: Matcher,
+    ) -> None:
+        self.node = node
+        self.pools = list(pools)
+        self.classes = classes
+        self.in_use = in_use
+        self.matcher = matcher
+        self._available: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
+
+    # ------------------------------------------------------------------ entry point
+
+    def allocate(self, claims: Sequence[ClaimToAllocate]) -> list[AllocationResult] | None:
+        """One result per claim, None when they cannot all be allocated on this node."""
+        run = _Run(self, claims)
+        done = run.claim(0)
+        if not done:
+            if any(p.invalid for p in self.pools):
+                raise FailedOnNodeError("invalid resource pools were encountered")
+            return None
+        return [run.result(i) for i in range(len(claims))]
+
+    # ------------------------------------------------------------------ shared helpers
+
+    def selectable(self, request: _Request, slice_: ResourceSlice, device: Device) -> bool:
+        for owner, selectors in (
+            (f"class {request.device_class.name}", request.device_class.selectors),
+            (f"claim {request.claim}", request.sub.selectors),
+        ):
+            for index, expression in enumerate(selectors):
+                try:
+                    if not self.matcher(expression, slice_.driver, device, slice_):
+                        return False
+                except CelError as exc:
+                    kind = "compile" if exc.compile_error else "runtime"
+                    raise SelectorError(f"{owner}: selector #{index}: CEL {kind} error: {exc}") from None
+        return not slice_.per_device_node_selection or node_matches(
+            self.node, device.node_name, device.all_nodes, device.node_selector
+        )
+
+    def available_counters(self, pool: Pool) -> dict[str, dict[str, int]]:
+        """The pool's shared counters minus what allocated devices consume (cached)."""
+        cached = self._available.get(pool.key)
+        if cached is None:
+            cached = {name: dict(counters) for name, counters in pool.counter_sets.items()}
+            for slice_ in [*pool.slices, *pool.slices_elsewhere]:
+                for device in slice_.devices:
+                    if (slice_.driver, slice_.pool, device.name) not in self.in_use:
+                        continue
+                    for consumption in device.consumes_counters:
+                        counters = cached.get(consumption.counter_set, {})
+                        for name, value in consumption.counters:
+                            if name in counters:
+                                counters[name] -= value
+            self._available[pool.key] = cached
+        return cached
+
+
+class _Run:
+    """The state of one `allocate` call (upstream's `allocator`)."""
+
+    def __init__(self, owner: NodeAllocator, claims: Sequence[ClaimToAllocate]) -> None:
+        self.owner = owner
+        self.claims = claims
+        self.requests: dict[tuple[int, int, int], _Request] = {}
+        self.selected_sub: dict[tuple[int, int], int] = {}
+        self.constraints: list[list[_Constraint]] = []
+        self.allocating: dict[DeviceId, Counter[int]] = {}
+        self.consumed: dict[tuple[str, str], dict[str, Counter[str]]] = {}
+        self.results: list[list[DeviceResult]] = [[] for _ in claims]
+        self.matches: dict[tuple[DeviceId, int, int, int], bool] = {}
+        for i, claim in enumerate(claims):
+            self._prepare(i, claim)
+
+    def _prepare(self, i: int, claim: ClaimToAllocate) -> None:
+        minimum = 0
+        for j, request in enumerate(claim.spec.requests):
+            alternatives = request.alternatives
+            parent = request.name if request.exactly is None else None
+            fewest = None
+            for k, sub in enumerate(alternatives):
+                data = self._request(i, claim, sub, parent, (i, j, k))
+                self.requests[(i, j, k)] = data
+                fewest = data.num_devices if fewest is None else min(fewest, data.num_devices)
+            minimum += fewest or 0
+        if minimum > MAX_DEVICES_PER_CLAIM:
+            raise AllocationError(
+                f"claim {claim.namespace}/{claim.name}: number of requested devices {minimum} exceeds "
+                f"the claim limit of {MAX_DEVICES_PER_CLAIM}"
+            )
+        self.constraints.append([_Constraint(c) for c in claim.spec.constraints])
+
+    def _request(
+        self, i: int, claim: ClaimToAllocate, sub: SubRequest, parent: str | None, index: tuple[int, int, int]
+    ) -> _Request:
+        device_class = self.owner.classes.get(sub.device_class)
+        name = f"{parent}/{sub.name}" if parent else sub.name
+        if device_class is None:
+            raise AllocationError(
+                f"claim {claim.namespace}/{claim.name}, request {name}: could not retrieve device class "
+                f"{sub.device_class}: not found"
+            )
+        data = _Request(
+            sub=sub,
+            parent=parent,
+            device_class=device_class,
+            num_devices=sub.count,
+            claim=f"{claim.namespace}/{claim.name}",
+        )
+        if sub.allocation_mode == "All":
+            data.all_devices = []
+            for pool in self.owner.pools:
+                if pool.incomplete:
+                    raise AllocationError(
+                        f"claim {claim.namespace}/{claim.name}, request {name}: asks for all devices, but "
+                        f"resource pool {pool.driver}/{pool.name} is currently being updated"
+                    )
+                if pool.invalid:
+                    raise AllocationError(
+                        f"claim {claim.namespace}/{claim.name}, request {name}: asks for all devices, but "
+                        f"resource pool {pool.driver}/{pool.name} is currently invalid"
+                    )
+                for slice_, device in pool.devices():
+                    if self._selectable(index, data, slice_, device):
+                        data.all_devices.append((pool, slice_, device))
+            data.num_devices = len(data.all_devices)
+        return data
+
+    # ------------------------------------------------------------------ the search
+
+    def _selectable(
+        self, index: tuple[int, int, int], data: _Request, slice_: ResourceSlice, device: Device
+    ) -> bool:
+        key = ((slice_.driver, slice_.pool, device.name), *index)
+        cached = self.matches.get(key)
+        if cached is None:
+            cached = self.owner.selectable(data, slice_, device)
+            self.matches[key] = cached
+        return cached
+
+    def in_use(self, device: DeviceId) -> bool:
+        return device in self.owner.in_use or bool(self.allocating.get(device))
+
+    def claim(self, i: int) -> bool:
+        if i >= len(self.claims):
+            return True
+        try:
+            return self.request(i, 0)
+        except _MaxSizeExceededError:
+            return False
+
+    def request(self, i: int, j: int) -> bool:
+        spec = self.claims[i].spec
+        if j >= len(spec.requests):
+            return self.claim(i + 1)
+        alternatives = spec.requests[j].alternatives
+        if spec.requests[j].exactly is not None:
+            return self.devices(i, j, 0, 0, (0, 0, 0))
+        all_exceeded = True
+        for k in range(len(alternatives)):
+            try:
+                if self.devices(i, j, k, 0, (0, 0, 0)):
+                    self.selected_sub[(i, j)] = k
+                    return True
+                all_exceeded = False
+            except _MaxSizeExceededError:
+                continue
+        if all_exceeded:
+            raise _MaxSizeExceededError
+        return False
+
+    def devices(self, i: int, j: int, k: int, n: int, start: tuple[int, int, int]) -> bool:
+        data = self.requests[(i, j, k)]
+        if data.all_devices is not None and not data.all_devices:
+            return False
+        if n >= data.num_devices:
+            return self.request(i, j + 1)
+        if len(self.results[i]) + data.num_devices - n > MAX_DEVICES_PER_CLAIM:
+            raise _MaxSizeExceededError
+        if data.all_devices is not None:
+            pool, slice_, device = data.all_devices[n]
+            undo = self.take(i, data, pool, slice_, device, must=True)
+            if undo is None:
+                return False
+            if self.devices(i, j, k, n + 1, (0, 0, 0)):
+                return True
+            undo()
+            return False
+        for p in range(start[0], len(self.owner.pools)):
+            pool = self.owner.pools[p]
+            if pool.incomplete or pool.invalid:
+                continue
+            for s in range(start[1] if p == start[0] else 0, len(pool.slices)):
+                slice_ = pool.slices[s]
+                first = start[2] if (p, s) == start[:2] else 0
+                for d in range(first, len(slice_.devices)):
+                    device = slice_.devices[d]
+                    device_id = (slice_.driver, slice_.pool, device.name)
+                    if data.admin:
+                        if i in self.allocating.get(device_id, ()):
+                            continue
+                    elif self.in_use(device_id):
+                        continue
+                    if not self._selectable((i, j, k), data, slice_, device):
+                        continue
+                    undo = self.take(i, data, pool, slice_, device, must=False)
+                    if undo is None:
+                        continue
+                    try:
+                        if self.devices(i, j, k, n + 1, (p, s, d + 1)):
+                            return True
+                    except BaseException:
+                        undo()
+                        raise
+                    undo()
+        return False
+
+    def take(
+        self, i: int, data: _Request, pool: Pool, slice_: ResourceSlice, device: Device, *, must: bool
+    ) -> Callable[[], None] | None:
+        """Allocate one candidate (checks availability, counters, taints, constraints);
+        the undo, or None when it cannot be taken."""
+        device_id = (slice_.driver, slice_.pool, device.name)
+        if data.admin:
+            if i in self.allocating.get(device_id, ()):
+                return None
+        elif self.in_use(device_id):
+            return None
+        counters = bool(device.consumes_counters) and self._reserve_counters(pool, device)
+        if device.consumes_counters and not counters:
+            return None
+        if taint_blocks(device, data.sub.tolerations):
+            if counters:
+                self._release_counters(pool, device)
+            return None
+        name, parent = data.sub.name, data.parent
+        added: list[_Constraint] = []
+        for constraint in self.constraints[i]:
+            if not constraint.add(name, parent, device, slice_.driver):
+                for done in reversed(added):
+                    done.remove(name, parent, device, slice_.driver)
+                if counters:
+                    self._release_counters(pool, device)
+                if must:
+                    claim = self.claims[i]
+                    raise AllocationError(
+                        f"claim {claim.namespace}/{claim.name}, request {data.full_name}: cannot add device "
+                        f"{'/'.join(device_id)} because a claim constraint would not be satisfied"
+                    )
+                return None
+            added.append(constraint)
+        self.allocating.setdefault(device_id, Counter())[i] += 1
+        self.results[i].append(
+            DeviceResult(
+                request=data.full_name,
+                driver=slice_.driver,
+                pool=slice_.pool,
+                device=device.name,
+                admin_access=data.admin,
+                tolerations=data.sub.tolerations,
+                binding_conditions=device.binding_conditions,
+                binding_failure_conditions=device.binding_failure_conditions,
+                slice=slice_,
+                entry=device,
+            )
+        )
+
+        def undo() -> None:
+            self.results[i].pop()
+            self.allocating[device_id][i] -= 1
+            if self.allocating[device_id][i] <= 0:
+                del self.allocating[device_id][i]
+            for done in reversed(added):
+                done.remove(name, parent, device, slice_.driver)
+            if counters:
+                self._release_counters(pool, device)
+
+        return undo
+
+    def _reserve_counters(self, pool: Pool, device: Device) -> bool:
+        available = self.owner.available_counters(pool)
+        consumed = self.consumed.setdefault(pool.key, {})
+        for consumption in device.consumes_counters:
+            target = consumed.setdefault(consumption.counter_set, Counter())
+            for name, value in consumption.counters:
+                target[name] += value
+        for set_name, counters in available.items():
+            used = consumed.get(set_name, Counter())
+            if any(value < used.get(name, 0) for name, value in counters.items()):
+                self._release_counters(pool, device)
+                return False
+        return True
+
+    def _release_counters(self, pool: Pool, device: Device) -> None:
+        consumed = self.consumed[pool.key]
+        for consumption in device.consumes_counters:
+            for name, value in consumption.counters:
+                consumed[consumption.counter_set][name] -= value
+
+    # ------------------------------------------------------------------ results
+
+    def result(self, i: int) -> AllocationResult:
+        claim = self.claims[i]
+        return AllocationResult(
+            devices=list(self.results[i]),
+            config=self._config(i, claim),
+            node_selector=_node_selector(self.results[i], self.owner.node.name),
+        )
+
+    def _config(self, i: int, claim: ClaimToAllocate) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        by_class: dict[str, list[dict[str, Any]]] = {}
+        for j, _ in enumerate(claim.spec.requests):
+            data = self.requests[(i, j, self.selected_sub.get((i, j), 0))]
+            entries = by_class.get(data.device_class.name)
+            if entries is not None:
+                for entry in entries:
+                    entry["requests"].append(data.full_name)
+                continue
+            entries = []
+            for config in data.device_class.config:
+                entry = {"source": "FromClass", "requests": [data.full_name], **dict(config)}
+                entries.append(entry)
+                out.append(entry)
+            by_class[data.device_class.name] = entries
+        for config in claim.spec.config:
+            names = list(config.get("requests") or [])
+            body = {k: v for k, v in config.items() if k != "requests"}
+            if not names:
+                out.append({"source": "FromClaim", **body})
+                continue
+            # Upstream copies an entry once per request it names (a quirk kept for identical results).
+            for j, request in enumerate(claim.spec.requests):
+                selected = self.selected_sub.get((i, j))
+                sub_name = (
+                    f"{request.name}/{request.first_available[selected].name}"
+                    if selected is not None
+                    else None
+                )
+                if request.name in names or (sub_name is not None and sub_name in names):
+                    out.append({"source": "FromClaim", "requests": names, **body})
+        return out
+
+
+def _node_selector(results: Sequence[DeviceResult], node: str) -> dict[str, Any] | None:
+    """createNodeSelector: the node itself when any device is local to it, else the slices'
+    selectors merged into one term, else None (available everywhere)."""
+    fields: list[dict[str, Any]] = []
+    expressions: list[dict[str, Any]] = []
+    for result in results:
+        slice_, device = result.slice, result.entry
+        if slice_.per_device_node_selection:
+            name, selector = device.node_name, device.node_selector
+        else:
+            name, selector = slice_.node_name, slice_.node_selector
+        if name or device.binds_to_node:
+            return {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            }
+        if selector:
+            if len(selector) > 1:
+                raise AllocationError(f"unsupported ResourceSlice.NodeSelector with {len(selector)} terms")
+            _merge(fields, selector[0].fields)
+            _merge(expressions, selector[0].expressions)
+    if not fields and not expressions:
+        return None
+    merged: dict[str, Any] = {}
+    if expressions:
+        merged["matchExpressions"] = expressions
+    if fields:
+        merged["matchFields"] = fields
+    return {"nodeSelectorTerms": [merged]}
+
+
+def _merge(into: list[dict[str, Any]], requirements: Sequence[Any]) -> None:
+    for req in requirements:
+        item = {"key": req.key, "operator": req.operator}
+        if req.values:
+            item["values"] = list(req.values)
+        if not any(
+            e["key"] == req.key
+            and e["operator"] == req.operator
+            and set(e.get("values", ())) == set(req.values)
+            for e in into
+        ):
+            into.append(item)

@@ -1,0 +1,587 @@
+"""Dynamic Resource Allocation (resource.k8s.io/v1) as gangsched reads it.
+
+DeviceClass, ResourceSlice (with its devices, counters, taints and node selection),
+ResourceClaim (requests with `exactly` or `firstAvailable`, constraints, config, and the
+allocation and reservations in its status) and ResourceClaimTemplate, parsed at the boundary
+into frozen dataclasses. Errors name the field, as everywhere in `model`.
+
+Quantities (capacities, counters) are integers in milli-units (`quantity.parse_milli`), so
+counter arithmetic is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gangsched.model.common import NAMESPACE_DEFAULT, ModelError, object_meta
+from gangsched.model.pod import SelectorTerm, node_selector_terms
+from gangsched.quantity import QuantityError, parse_milli
+
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSION = "v1"
+# The finalizer kube-scheduler puts on a claim it allocates (resourceapi.Finalizer).
+CLAIM_FINALIZER = "resource.kubernetes.io/delete-protection"
+# At most this many devices in one claim's allocation (resourceapi.AllocationResultsMaxSize).
+MAX_DEVICES_PER_CLAIM = 32
+
+AttributeKind = Literal["int", "bool", "string", "version"]
+AllocationMode = Literal["ExactCount", "All"]
+
+
+@dataclass(frozen=True, slots=True)
+class Attribute:
+    kind: AttributeKind
+    value: int | bool | str
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaint:
+    key: str
+    value: str
+    effect: str  # NoSchedule, NoExecute, None (or an effect unknown to us: ignored)
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceToleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: DeviceTaint) -> bool:
+        """resourceclaim.ToleratesTaint: effect (if set) must match, then key/operator/value."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class CounterConsumption:
+    counter_set: str
+    counters: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    name: str
+    attributes: Mapping[str, Attribute] = field(default_factory=dict)
+    # Quantity strings as written (CEL compares them at nano precision, not milli).
+    capacity: Mapping[str, str] = field(default_factory=dict)
+    consumes_counters: tuple[CounterConsumption, ...] = ()
+    # Per-device node selection (only with the slice's perDeviceNodeSelection).
+    node_name: str | None = None
+    node_selector: tuple[SelectorTerm, ...] | None = None
+    all_nodes: bool = False
+    taints: tuple[DeviceTaint, ...] = ()
+    binds_to_node: bool = False
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
+    allow_multiple_allocations: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSet:
+    name: str
+    counters: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSlice:
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    slice_count: int
+    node_name: str | None = None
+    node_selector: tuple[SelectorTerm, ...] | None = None
+    all_nodes: bool = False
+    per_device_node_selection: bool = False
+    devices: tuple[Device, ...] = ()
+    shared_counters: tuple[CounterSet, ...] = ()
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...] = ()
+    config: tuple[Mapping[str, Any], ...] = ()
+    extended_resource_name: str | None = None
+    created: str = ""
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SubRequest:
+    """An `exactly` request, or one `firstAvailable` alternative."""
+
+    name: str
+    device_class: str
+    selectors: tuple[str, ...] = ()
+    allocation_mode: AllocationMode = "ExactCount"
+    count: int = 1
+    tolerations: tuple[DeviceToleration, ...] = ()
+    admin_access: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    name: str
+    exactly: SubRequest | None = None
+    first_available: tuple[SubRequest, ...] = ()
+
+    @property
+    def alternatives(self) -> tuple[SubRequest, ...]:
+        return (self.exactly,) if self.exactly is not None else self.first_available
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceConstraint:
+    requests: tuple[str, ...] = ()
+    match_attribute: str | None = None
+    distinct_attribute: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSpec:
+    requests: tuple[DeviceRequest, ...]
+    constraints: tuple[DeviceConstraint, ...] = ()
+    # Raw DeviceClaimConfiguration entries, copied into the allocation as upstream does.
+    config: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    request: str
+    driver: str
+    pool: str
+    device: str
+    admin_access: bool = False
+    tolerations: tuple[DeviceToleration, ...] = ()
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
+    share_id: str | None = None
+
+    @property
+    def device_id(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.device)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    devices: tuple[AllocatedDevice, ...]
+    node_selector: tuple[SelectorTerm, ...] | None = None
+    config: tuple[Mapping[str, Any], ...] = ()
+    # The JSON as the apiserver holds it (written back unchanged when only reserving).
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRef:
+    api_group: str
+    resource: str
+    name: str
+    uid: str
+
+
+@dataclass(slots=True)
+class ResourceClaim:
+    namespace: str
+    name: str
+    uid: str
+    spec: ClaimSpec
+    allocation: Allocation | None = None
+    reserved_for: tuple[ConsumerRef, ...] = ()
+    deleting: bool = False
+    resource_version: str = ""
+    finalizers: tuple[str, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+@dataclass(slots=True)
+class ResourceClaimTemplate:
+    namespace: str
+    name: str
+    spec: ClaimSpec
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """One entry of a pod's spec.resourceClaims: a claim by name, or from a template."""
+
+    name: str
+    claim_name: str | None = None
+    template_name: str | None = None
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ModelError(f"{where} must be a list")
+    return value
+
+
+def _obj(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ModelError(f"{where} must be an object")
+    return value
+
+
+def _quantity(value: Any, where: str) -> int:
+    if isinstance(value, Mapping):  # {"value": "16Gi"}: DeviceCapacity, Counter
+        value = value.get("value")
+    try:
+        return parse_milli(value)
+    except QuantityError as exc:
+        raise ModelError(f"{where}: {exc}") from None
+
+
+def _attribute(value: Any, where: str) -> Attribute | None:
+    """One DeviceAttribute; None for a list-typed one (DRAListTypeAttributes is off in v1.36)."""
+    item = _obj(value, where)
+    for kind in ("int", "bool", "string", "version"):
+        if kind in item:
+            raw = item[kind]
+            ok = {
+                "int": isinstance(raw, int) and not isinstance(raw, bool),
+                "bool": isinstance(raw, bool),
+                "string": isinstance(raw, str),
+                "version": isinstance(raw, str),
+            }[kind]
+            if not ok:
+                raise ModelError(f"{where}.{kind}: not a valid {kind}")
+            return Attribute(kind, raw)
+    if any(k in item for k in ("ints", "bools", "strings", "versions")):
+        return None
+    raise ModelError(f"{where}: needs one of int, bool, string, version")
+
+
+def _taint(value: Any, where: str) -> DeviceTaint:
+    item = _obj(value, where)
+    if not item.get("key") or not item.get("effect"):
+        raise ModelError(f"{where} needs key and effect")
+    return DeviceTaint(key=str(item["key"]), value=str(item.get("value") or ""), effect=str(item["effect"]))
+
+
+def _toleration(value: Any, where: str) -> DeviceToleration:
+    item = _obj(value, where)
+    operator = str(item.get("operator") or "Equal")
+    if operator not in ("Equal", "Exists"):
+        raise ModelError(f"{where}.operator: unknown operator {operator!r}")
+    return DeviceToleration(
+        key=str(item.get("key") or ""),
+        operator=operator,
+        value=str(item.get("value") or ""),
+        effect=str(item.get("effect") or ""),
+    )
+
+
+def _counters(value: Any, where: str) -> dict[str, int]:
+    return {str(name): _quantity(c, f"{where}.{name}") for name, c in _obj(value, where).items()}
+
+
+def _device(value: Any, where: str) -> Device:
+    item = _obj(value, where)
+    if not item.get("name"):
+        raise ModelError(f"{where}.name is required")
+    attributes = {}
+    for name, raw in _obj(item.get("attributes"), f"{where}.attributes").items():
+        attribute = _attribute(raw, f"{where}.attributes[{name}]")
+        if attribute is not None:
+            attributes[str(name)] = attribute
+    capacity = {}
+    for name, raw in _obj(item.get("capacity"), f"{where}.capacity").items():
+        value = raw.get("value") if isinstance(raw, Mapping) else raw
+        _quantity(value, f"{where}.capacity[{name}]")  # validated here, kept as written
+        capacity[str(name)] = str(value)
+    consumes = tuple(
+        CounterConsumption(
+            counter_set=str(_obj(c, f"{where}.consumesCounters[{i}]").get("counterSet") or ""),
+            counters=tuple(
+                sorted(_counters(c.get("counters"), f"{where}.consumesCounters[{i}].counters").items())
+            ),
+        )
+        for i, c in enumerate(_list(item.get("consumesCounters"), f"{where}.consumesCounters"))
+    )
+    selector = item.get("nodeSelector")
+    return Device(
+        name=str(item["name"]),
+        attributes=attributes,
+        capacity=capacity,
+        consumes_counters=consumes,
+        node_name=str(item["nodeName"]) if item.get("nodeName") else None,
+        node_selector=node_selector_terms(selector, f"{where}.nodeSelector")
+        if selector is not None
+        else None,
+        all_nodes=bool(item.get("allNodes")),
+        taints=tuple(
+            _taint(t, f"{where}.taints[{i}]")
+            for i, t in enumerate(_list(item.get("taints"), f"{where}.taints"))
+        ),
+        binds_to_node=bool(item.get("bindsToNode")),
+        binding_conditions=tuple(
+            str(c) for c in _list(item.get("bindingConditions"), f"{where}.bindingConditions")
+        ),
+        binding_failure_conditions=tuple(
+            str(c) for c in _list(item.get("bindingFailureConditions"), f"{where}.bindingFailureConditions")
+        ),
+        allow_multiple_allocations=bool(item.get("allowMultipleAllocations")),
+    )
+
+
+def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
+    meta = object_meta(obj)
+    spec = _obj(obj.get("spec"), "spec")
+    pool = _obj(spec.get("pool"), "spec.pool")
+    if not spec.get("driver"):
+        raise ModelError("spec.driver is required")
+    if not pool.get("name"):
+        raise ModelError("spec.pool.name is required")
+    selector = spec.get("nodeSelector")
+    counters = tuple(
+        CounterSet(
+            name=str(_obj(c, f"spec.sharedCounters[{i}]").get("name") or ""),
+            counters=_counters(c.get("counters"), f"spec.sharedCounters[{i}].counters"),
+        )
+        for i, c in enumerate(_list(spec.get("sharedCounters"), "spec.sharedCounters"))
+    )
+    return ResourceSlice(
+        name=str(meta["name"]),
+        driver=str(spec["driver"]),
+        pool=str(pool["name"]),
+        generation=int(pool.get("generation") or 0),
+        slice_count=int(pool.get("resourceSliceCount") or 0),
+        node_name=str(spec["nodeName"]) if spec.get("nodeName") else None,
+        node_selector=node_selector_terms(selector, "spec.nodeSelector") if selector is not None else None,
+        all_nodes=bool(spec.get("allNodes")),
+        per_device_node_selection=bool(spec.get("perDeviceNodeSelection")),
+        devices=tuple(
+            _device(d, f"spec.devices[{i}]") for i, d in enumerate(_list(spec.get("devices"), "spec.devices"))
+        ),
+        shared_counters=counters,
+        resource_version=str(meta.get("resourceVersion") or ""),
+    )
+
+
+def _selectors(value: Any, where: str) -> tuple[str, ...]:
+    out = []
+    for i, selector in enumerate(_list(value, where)):
+        cel = _obj(_obj(selector, f"{where}[{i}]").get("cel"), f"{where}[{i}].cel")
+        expression = cel.get("expression")
+        if not isinstance(expression, str) or not expression:
+            raise ModelError(f"{where}[{i}]: only CEL selectors are supported, with an expression")
+        out.append(expression)
+    return tuple(out)
+
+
+def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
+    meta = object_meta(obj)
+    spec = _obj(obj.get("spec"), "spec")
+    extended = spec.get("extendedResourceName")
+    return DeviceClass(
+        name=str(meta["name"]),
+        selectors=_selectors(spec.get("selectors"), "spec.selectors"),
+        config=tuple(
+            _obj(c, f"spec.config[{i}]") for i, c in enumerate(_list(spec.get("config"), "spec.config"))
+        ),
+        extended_resource_name=str(extended) if extended else None,
+        created=str(meta.get("creationTimestamp") or ""),
+        resource_version=str(meta.get("resourceVersion") or ""),
+    )
+
+
+def _sub_request(item: Mapping[str, Any], name: str, where: str, *, exact: bool) -> SubRequest:
+    if not item.get("deviceClassName"):
+        raise ModelError(f"{where}.deviceClassName is required")
+    mode = str(item.get("allocationMode") or "ExactCount")
+    if mode not in ("ExactCount", "All"):
+        raise ModelError(f"{where}.allocationMode: unknown mode {mode!r}")
+    count = int(item.get("count") or 1)
+    if count < 1:
+        raise ModelError(f"{where}.count must be at least 1")
+    admin = item.get("adminAccess") if exact else None
+    return SubRequest(
+        name=name,
+        device_class=str(item["deviceClassName"]),
+        selectors=_selectors(item.get("selectors"), f"{where}.selectors"),
+        allocation_mode=mode,  # type: ignore[arg-type]
+        count=count if mode == "ExactCount" else 0,
+        tolerations=tuple(
+            _toleration(t, f"{where}.tolerations[{i}]")
+            for i, t in enumerate(_list(item.get("tolerations"), f"{where}.tolerations"))
+        ),
+        admin_access=bool(admin) if admin is not None else None,
+    )
+
+
+def parse_claim_spec(value: Any, where: str = "spec") -> ClaimSpec:
+    devices = _obj(_obj(value, where).get("devices"), f"{where}.devices")
+    requests = []
+    for i, raw in enumerate(_list(devices.get("requests"), f"{where}.devices.requests")):
+        at = f"{where}.devices.requests[{i}]"
+        item = _obj(raw, at)
+        name = str(item.get("name") or "")
+        if not name:
+            raise ModelError(f"{at}.name is required")
+        if ("exactly" in item) == bool(item.get("firstAvailable")):
+            raise ModelError(f"{at}: exactly one of exactly or firstAvailable must be set")
+        if "exactly" in item:
+            requests.append(
+                DeviceRequest(
+                    name,
+                    exactly=_sub_request(
+                        _obj(item["exactly"], f"{at}.exactly"), name, f"{at}.exactly", exact=True
+                    ),
+                )
+            )
+        else:
+            subs = []
+            for j, sub in enumerate(_list(item["firstAvailable"], f"{at}.firstAvailable")):
+                sub_at = f"{at}.firstAvailable[{j}]"
+                sub_item = _obj(sub, sub_at)
+                if not sub_item.get("name"):
+                    raise ModelError(f"{sub_at}.name is required")
+                subs.append(_sub_request(sub_item, str(sub_item["name"]), sub_at, exact=False))
+            requests.append(DeviceRequest(name, first_available=tuple(subs)))
+    if not requests:
+        raise ModelError(f"{where}.devices.requests: at least one request is needed")
+    constraints = []
+    for i, raw in enumerate(_list(devices.get("constraints"), f"{where}.devices.constraints")):
+        at = f"{where}.devices.constraints[{i}]"
+        item = _obj(raw, at)
+        constraints.append(
+            DeviceConstraint(
+                requests=tuple(str(r) for r in _list(item.get("requests"), f"{at}.requests")),
+                match_attribute=str(item["matchAttribute"]) if item.get("matchAttribute") else None,
+                distinct_attribute=str(item["distinctAttribute"]) if item.get("distinctAttribute") else None,
+            )
+        )
+        if (constraints[-1].match_attribute is None) == (constraints[-1].distinct_attribute is None):
+            raise ModelError(f"{at}: exactly one of matchAttribute or distinctAttribute must be set")
+    config = tuple(
+        _obj(c, f"{where}.devices.config[{i}]")
+        for i, c in enumerate(_list(devices.get("config"), f"{where}.devices.config"))
+    )
+    return ClaimSpec(requests=tuple(requests), constraints=tuple(constraints), config=config)
+
+
+def _allocation(value: Any) -> Allocation | None:
+    if not value:
+        return None
+    item = _obj(value, "status.allocation")
+    results = _obj(item.get("devices"), "status.allocation.devices").get("results") or []
+    devices = tuple(
+        AllocatedDevice(
+            request=str(r.get("request") or ""),
+            driver=str(r.get("driver") or ""),
+            pool=str(r.get("pool") or ""),
+            device=str(r.get("device") or ""),
+            admin_access=bool(r.get("adminAccess")),
+            tolerations=tuple(
+                _toleration(t, "status.allocation.devices.results[].tolerations")
+                for t in r.get("tolerations") or []
+            ),
+            binding_conditions=tuple(str(c) for c in r.get("bindingConditions") or ()),
+            binding_failure_conditions=tuple(str(c) for c in r.get("bindingFailureConditions") or ()),
+            share_id=str(r["shareID"]) if r.get("shareID") else None,
+        )
+        for r in results
+        if isinstance(r, Mapping)
+    )
+    selector = item.get("nodeSelector")
+    return Allocation(
+        devices=devices,
+        node_selector=node_selector_terms(selector, "status.allocation.nodeSelector") if selector else None,
+        config=tuple(_obj(item.get("devices"), "").get("config") or ()),
+        raw=item,
+    )
+
+
+def parse_resource_claim(obj: Mapping[str, Any]) -> ResourceClaim:
+    meta = object_meta(obj)
+    status = _obj(obj.get("status"), "status")
+    reserved = tuple(
+        ConsumerRef(
+            api_group=str(r.get("apiGroup") or ""),
+            resource=str(r.get("resource") or ""),
+            name=str(r.get("name") or ""),
+            uid=str(r.get("uid") or ""),
+        )
+        for r in _list(status.get("reservedFor"), "status.reservedFor")
+        if isinstance(r, Mapping)
+    )
+    return ResourceClaim(
+        namespace=str(meta.get("namespace") or NAMESPACE_DEFAULT),
+        name=str(meta["name"]),
+        uid=str(meta.get("uid") or ""),
+        spec=parse_claim_spec(obj.get("spec")),
+        allocation=_allocation(status.get("allocation")),
+        reserved_for=reserved,
+        deleting=meta.get("deletionTimestamp") is not None,
+        resource_version=str(meta.get("resourceVersion") or ""),
+        finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
+        annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+    )
+
+
+def parse_resource_claim_template(obj: Mapping[str, Any]) -> ResourceClaimTemplate:
+    meta = object_meta(obj)
+    spec = _obj(obj.get("spec"), "spec")
+    return ResourceClaimTemplate(
+        namespace=str(meta.get("namespace") or NAMESPACE_DEFAULT),
+        name=str(meta["name"]),
+        spec=parse_claim_spec(spec.get("spec"), "spec.spec"),
+    )
+
+
+def parse_pod_claims(
+    spec: Mapping[str, Any], status: Mapping[str, Any]
+) -> tuple[tuple[PodClaim, ...], dict[str, str | None]]:
+    """A pod's spec.resourceClaims, and status.resourceClaimStatuses (name -> generated claim)."""
+    claims = []
+    for i, raw in enumerate(_list(spec.get("resourceClaims"), "spec.resourceClaims")):
+        item = _obj(raw, f"spec.resourceClaims[{i}]")
+        if not item.get("name"):
+            raise ModelError(f"spec.resourceClaims[{i}].name is required")
+        claim_name = item.get("resourceClaimName")
+        template = item.get("resourceClaimTemplateName")
+        if bool(claim_name) == bool(template):
+            raise ModelError(
+                f"spec.resourceClaims[{i}]: exactly one of resourceClaimName or resourceClaimTemplateName"
+            )
+        claims.append(
+            PodClaim(
+                str(item["name"]),
+                str(claim_name) if claim_name else None,
+                str(template) if template else None,
+            )
+        )
+    statuses: dict[str, str | None] = {}
+    for raw in _list(status.get("resourceClaimStatuses"), "status.resourceClaimStatuses"):
+        if isinstance(raw, Mapping) and raw.get("name"):
+            generated = raw.get("resourceClaimName")
+            statuses[str(raw["name"])] = str(generated) if generated else None
+    return tuple(claims), statuses
