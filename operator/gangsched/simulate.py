@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gangsched.engine import CycleResult, schedule_cycle
+from gangsched.engine import CycleResult, DraObjects, schedule_cycle
 from gangsched.model import (
     GROUP,
     ModelError,
@@ -29,11 +29,23 @@ from gangsched.model import (
     parse_pod_group,
     parse_priority_class,
 )
+from gangsched.model.dra import (
+    DRA_GROUP,
+    DeviceClass,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+    parse_device_class,
+    parse_resource_claim,
+    parse_resource_claim_template,
+    parse_resource_slice,
+)
 
 # The C loader is ~10x faster on big inputs; fall back when libyaml is absent.
 _YamlLoader: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 SUFFIXES = (".yaml", ".yml", ".json")
+_DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
 
 
 class InputError(Exception):
@@ -45,7 +57,35 @@ class Inputs:
     nodes: list[Node] = field(default_factory=list)
     pods: list[Pod] = field(default_factory=list)
     pod_groups: list[PodGroup] = field(default_factory=list)
+    device_classes: list[DeviceClass] = field(default_factory=list)
+    resource_slices: list[ResourceSlice] = field(default_factory=list)
+    claims: list[ResourceClaim] = field(default_factory=list)
+    claim_templates: list[ResourceClaimTemplate] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
+
+    def dra(self) -> DraObjects | None:
+        """The DRA objects, with one claim per pod and template entry as the resourceclaim
+        controller would make it (named <pod>-<claim>); None without any DRA object."""
+        if not (self.device_classes or self.resource_slices or self.claims or self.claim_templates):
+            return None
+        claims = {c.key: c for c in self.claims}
+        templates = {t.key: t for t in self.claim_templates}
+        for pod in self.pods:
+            for entry in pod.claims:
+                if entry.template_name is None or pod.claim_statuses.get(entry.name):
+                    continue
+                template = templates.get((pod.namespace, entry.template_name))
+                if template is None:
+                    continue  # the engine says the pod waits for its claim
+                name = f"{pod.name}-{entry.name}"
+                pod.claim_statuses[entry.name] = name
+                claims.setdefault(
+                    (pod.namespace, name),
+                    ResourceClaim(namespace=pod.namespace, name=name, uid="", spec=template.spec),
+                )
+        return DraObjects(
+            classes={c.name: c for c in self.device_classes}, slices=self.resource_slices, claims=claims
+        )
 
 
 def _files(paths: Sequence[Path]) -> Iterator[Path]:
@@ -111,8 +151,10 @@ def load(paths: Sequence[Path]) -> Inputs:
                     kind = obj.get("kind")
                     if kind == "PriorityClass":
                         priorities.set(parse_priority_class(obj))
-                    elif kind in ("Node", "Pod") or (
-                        kind == "PodGroup" and str(obj.get("apiVersion", "")).startswith(GROUP + "/")
+                    elif (
+                        kind in ("Node", "Pod")
+                        or (kind == "PodGroup" and str(obj.get("apiVersion", "")).startswith(GROUP + "/"))
+                        or (kind in _DRA_KINDS and str(obj.get("apiVersion", "")).startswith(DRA_GROUP + "/"))
                     ):
                         raw.append((where, obj))
                     else:
@@ -134,6 +176,22 @@ def load(paths: Sequence[Path]) -> Inputs:
                 pod = parse_pod(obj, priorities=priorities)
                 key = (kind, *pod.key)
                 inputs.pods.append(pod)
+            elif kind == "DeviceClass":
+                device_class = parse_device_class(obj)
+                key = (kind, "", device_class.name)
+                inputs.device_classes.append(device_class)
+            elif kind == "ResourceSlice":
+                resource_slice = parse_resource_slice(obj)
+                key = (kind, "", resource_slice.name)
+                inputs.resource_slices.append(resource_slice)
+            elif kind == "ResourceClaim":
+                claim = parse_resource_claim(obj)
+                key = (kind, *claim.key)
+                inputs.claims.append(claim)
+            elif kind == "ResourceClaimTemplate":
+                template = parse_resource_claim_template(obj)
+                key = (kind, *template.key)
+                inputs.claim_templates.append(template)
             else:
                 group = parse_pod_group(obj, priorities=priorities)
                 if group.spec_error is not None:
@@ -156,13 +214,29 @@ def run(inputs: Inputs, *, scheduler_name: str) -> CycleResult:
         pods=inputs.pods,
         pod_groups=inputs.pod_groups,
         scheduler_name=scheduler_name,
+        dra=inputs.dra(),
     )
 
 
 def to_json(result: CycleResult) -> dict[str, Any]:
     pods = [
-        {"namespace": pod.namespace, "name": pod.name, "podGroup": pod.pod_group, "node": node}
-        for pod, node, _ in sorted(result.pods, key=lambda row: row[0].key)
+        {
+            "namespace": pod.namespace,
+            "name": pod.name,
+            "podGroup": pod.pod_group,
+            "node": node,
+            "devices": [
+                {
+                    "claim": d.claim,
+                    "request": d.request,
+                    "driver": d.driver,
+                    "pool": d.pool,
+                    "device": d.device,
+                }
+                for d in (decision.devices.get(pod.key, []) if node else [])
+            ],
+        }
+        for pod, node, decision in sorted(result.pods, key=lambda row: row[0].key)
     ]
     groups = [
         {
@@ -191,12 +265,18 @@ def to_text(result: CycleResult) -> str:
     if rows:
         width = max(len(f"{p.namespace}/{p.name}") for p, _, _ in rows)
         gwidth = max(8, *(len(p.pod_group or "-") for p, _, _ in rows))
-        lines.append(f"{'POD':<{width}}  {'PODGROUP':<{gwidth}}  NODE")
+        with_devices = any(node and decision.devices.get(pod.key) for pod, node, decision in rows)
+        nwidth = max(4, *(len(node or f"<pending: {d.reason}>") for _, node, d in rows))
+        header = f"{'POD':<{width}}  {'PODGROUP':<{gwidth}}  {'NODE':<{nwidth}}  DEVICES"
+        lines.append(header if with_devices else f"{'POD':<{width}}  {'PODGROUP':<{gwidth}}  NODE")
         for pod, node, decision in rows:
             where = node or f"<pending: {decision.reason}>"
-            lines.append(
-                f"{pod.namespace + '/' + pod.name:<{width}}  {pod.pod_group or '-':<{gwidth}}  {where}"
-            )
+            line = f"{pod.namespace + '/' + pod.name:<{width}}  {pod.pod_group or '-':<{gwidth}}  {where}"
+            if with_devices:
+                devices = decision.devices.get(pod.key, []) if node else []
+                names = ",".join(f"{d.pool}/{d.device}" for d in devices) or "-"
+                line = f"{line:<{len(header) - len('DEVICES')}}{names}"
+            lines.append(line)
     else:
         lines.append("no pending pods to place")
     placed = sum(1 for _, node, _ in rows if node)

@@ -15,7 +15,7 @@ from gangsched_testing.builders import GPU, Manifest, node_manifest, pod_group_m
 
 ROOT = Path(__file__).resolve().parents[2]
 
-POD_KEYS = {"namespace", "name", "podGroup", "node"}
+POD_KEYS = {"namespace", "name", "podGroup", "node", "devices"}
 GROUP_KEYS = {"namespace", "name", "scheduled", "reason", "message"}
 
 
@@ -75,9 +75,9 @@ def test_json_shape(tmp_path: Path) -> None:
     assert all(set(row) == POD_KEYS for row in out["pods"])
     assert all(set(row) == GROUP_KEYS for row in out["podGroups"])
     assert out["pods"] == [
-        {"namespace": "ml", "name": "solo", "podGroup": None, "node": "n1"},
-        {"namespace": "ml", "name": "train-0", "podGroup": "train", "node": "n1"},
-        {"namespace": "ml", "name": "train-1", "podGroup": "train", "node": "n1"},
+        {"namespace": "ml", "name": "solo", "podGroup": None, "node": "n1", "devices": []},
+        {"namespace": "ml", "name": "train-0", "podGroup": "train", "node": "n1", "devices": []},
+        {"namespace": "ml", "name": "train-1", "podGroup": "train", "node": "n1", "devices": []},
     ]
     [group] = out["podGroups"]
     assert group["namespace"] == "ml"
@@ -240,7 +240,7 @@ def test_bound_pods_are_load_whoever_scheduled_them(tmp_path: Path) -> None:
         *gang,
     )
     out = simulate_json(tmp_path)
-    assert out["pods"] == [{"namespace": "ml", "name": "g-0", "podGroup": "g", "node": "n1"}]
+    assert out["pods"] == [{"namespace": "ml", "name": "g-0", "podGroup": "g", "node": "n1", "devices": []}]
 
 
 def test_a_gang_is_all_or_nothing(tmp_path: Path) -> None:
@@ -272,7 +272,7 @@ def test_other_schedulers_pods_are_ignored(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out == {
-        "pods": [{"namespace": "ml", "name": "theirs", "podGroup": None, "node": "n1"}],
+        "pods": [{"namespace": "ml", "name": "theirs", "podGroup": None, "node": "n1", "devices": []}],
         "podGroups": [],
     }
 

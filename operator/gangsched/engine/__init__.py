@@ -11,10 +11,14 @@ One job per module, lowest first:
   placer       domain ranking and the descent through Preferred levels
   explain      why a group does not fit, in one line
   reservation  anti-starvation: nodes held back for a group that waited too long
+  group        one group: capacity, placer, and for pods with claims, their devices
   cycle        one cycle: every group in queue order on one snapshot
+  dra/         devices (DRA): claims, the device inventory, pools, the structured
+               allocator's port, CEL selectors
 """
 
 from gangsched.engine.cycle import schedule_cycle, schedule_groups
+from gangsched.engine.dra.inventory import DraObjects
 from gangsched.engine.queue import queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS
 from gangsched.engine.snapshot import Snapshot
@@ -23,6 +27,7 @@ from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Res
 __all__ = [
     "DEFAULT_RESERVATION_AFTER_SECONDS",
     "CycleResult",
+    "DraObjects",
     "GroupDecision",
     "GroupRequest",
     "Reservation",

@@ -11,13 +11,38 @@ is counted per class and node with vector operations, never per pod.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from gangsched.engine.snapshot import BoolArray, Eligibility, IntArray, Snapshot, fit_counts
 from gangsched.engine.types import GroupRequest
 from gangsched.model import Placement, Pod, TopologyMode
+
+
+class DeviceView(Protocol):
+    """What capacity needs to know about a group's devices (`engine.group` implements it).
+
+    A pod's device key is hashable and equal for pods that ask the devices the same thing;
+    pods without claims have the key `()` and no device column.
+    """
+
+    def key(self, pod: Pod) -> Hashable: ...
+
+    def mask(self, key: Hashable) -> BoolArray | None:
+        """Nodes the pod's allocated (or shared) claims allow; None for all."""
+
+    def slots(self, key: Hashable, *, empty: bool = False) -> IntArray:
+        """Per node, pods of this key its devices serve (now, or with no device in use)."""
+
+    def label(self, key: Hashable) -> str:
+        """The column's name in explanations ("devices of class gpu.example.com")."""
+
+    def reasons(self, key: Hashable, nodes: IntArray) -> Counter[str]:
+        """Why each of `nodes` serves no pod of this key."""
 
 
 @dataclass(slots=True)
@@ -31,14 +56,28 @@ class PodClass:
     mask: BoolArray
     # Dominant share of the largest node's allocatable: orders classes largest first.
     size: float = 0.0
+    # What its pods ask of the devices (`DeviceView.key`), and the column counting it.
+    device_key: Hashable = ()
+    device_column: int | None = None
+
+    def resources(self, width: int) -> IntArray:
+        """The request over the snapshot's resource columns only (without device columns)."""
+        return self.request[:width]
 
 
 class GroupCapacity:
     """One group on one snapshot: its classes, topology levels and capacity vectors."""
 
-    def __init__(self, snapshot: Snapshot, group: GroupRequest, blocked: BoolArray | None) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        group: GroupRequest,
+        blocked: BoolArray | None,
+        devices: DeviceView | None = None,
+    ) -> None:
         self.snap = snapshot
         self.group = group
+        self.devices = devices
         self.total = len(group.pending)
         bound_alive = [p for p in group.bound if p.holds_resources]
         if group.is_gang:
@@ -63,7 +102,9 @@ class GroupCapacity:
         self.missing_label = missing
         self.blocked = blocked
         self.classes = self._classes(group.pending)
-        self.free = snapshot.free  # after vector() may have added columns
+        # After vector() may have added columns; device columns (one per device key) follow.
+        self.width = snapshot.free.shape[1]
+        self.free, self.allocatable, self.column_labels = self._device_columns()
         self.caps = [fit_counts(self.free, c.request, c.mask) for c in self.classes]
         self.counts = [len(c.pods) for c in self.classes]
         # The class with the most pods: its capacity measures how tightly a domain fits.
@@ -73,17 +114,31 @@ class GroupCapacity:
     def _classes(self, pending: list[Pod]) -> list[PodClass]:
         """Identical pods (same requests, same placement rules) form one class; largest first."""
         snapshot = self.snap
-        by_shape: dict[tuple[tuple[tuple[str, int], ...], Placement], list[Pod]] = {}
+        devices = self.devices
+        by_shape: dict[tuple[tuple[tuple[str, int], ...], Placement, Hashable], list[Pod]] = {}
         for pod in pending:
-            by_shape.setdefault((tuple(sorted(pod.requests.items())), pod.placement), []).append(pod)
+            device_key = devices.key(pod) if devices is not None else ()
+            by_shape.setdefault((tuple(sorted(pod.requests.items())), pod.placement, device_key), []).append(
+                pod
+            )
         shapes: list[PodClass] = []
-        for (requests, placement), members in by_shape.items():
+        for (requests, placement, device_key), members in by_shape.items():
             elig = snapshot.eligibility(placement)
             mask = elig.mask & ~self.missing_label
             if self.blocked is not None:
                 mask = mask & ~self.blocked
+            if devices is not None and device_key != ():
+                allowed = devices.mask(device_key)
+                if allowed is not None:
+                    mask = mask & allowed
             shapes.append(
-                PodClass(request=snapshot.vector(dict(requests)), eligibility=elig, pods=members, mask=mask)
+                PodClass(
+                    request=snapshot.vector(dict(requests)),
+                    eligibility=elig,
+                    pods=members,
+                    mask=mask,
+                    device_key=device_key,
+                )
             )
         width = snapshot.free.shape[1]
         n = len(snapshot.nodes)
@@ -95,6 +150,50 @@ class GroupCapacity:
             cls.size = float((req / scale).max()) if width else 0.0
         # Largest shape first: classic first-fit-decreasing, so small pods fill the gaps.
         return sorted(shapes, key=lambda c: (-c.size, -len(c.pods)))
+
+    def _device_columns(self) -> tuple[IntArray, IntArray, list[str]]:
+        """Free and allocatable with one column per device key: pods its devices serve."""
+        free, allocatable = self.snap.free, self.snap.allocatable
+        if self.devices is None:
+            return free, allocatable, []
+        columns: dict[Hashable, int] = {}
+        now: list[IntArray] = []
+        empty: list[IntArray] = []
+        labels: list[str] = []
+        for cls in self.classes:
+            if cls.device_key == ():
+                continue
+            column = columns.get(cls.device_key)
+            if column is None:
+                column = self.width + len(columns)
+                columns[cls.device_key] = column
+                now.append(self.devices.slots(cls.device_key))
+                empty.append(self.devices.slots(cls.device_key, empty=True))
+                labels.append(self.devices.label(cls.device_key))
+            cls.device_column = column
+        if not columns:
+            return free, allocatable, []
+        for cls in self.classes:
+            request = np.zeros(self.width + len(columns), dtype=np.int64)
+            request[: cls.request.shape[0]] = cls.request
+            if cls.device_column is not None:
+                request[cls.device_column] = 1
+            cls.request = request
+        return (
+            np.hstack([free, np.stack(now, axis=1)]),
+            np.hstack([allocatable, np.stack(empty, axis=1)]),
+            labels,
+        )
+
+    def resource_name(self, column: int) -> str:
+        """A column's name in explanations: a resource, or "devices of class ..."."""
+        if column >= self.width:
+            return str(self.column_labels[column - self.width])
+        return self.snap.resource_name(column)
+
+    def device_class_of(self, column: int) -> PodClass | None:
+        """The first class counted by a device column."""
+        return next((c for c in self.classes if c.device_column == column), None)
 
     # -------------------------------------------------------------- what fits
 
@@ -132,7 +231,7 @@ class GroupCapacity:
         empty = np.zeros(n, dtype=np.int64)
         for cls in self.classes:
             eligible |= cls.mask
-            empty += fit_counts(self.snap.allocatable, cls.request, cls.mask)
+            empty += fit_counts(self.allocatable, cls.request, cls.mask)
         return eligible, empty
 
     def main_units(self, target: int) -> int:

@@ -10,15 +10,15 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from gangsched.engine.capacity import GroupCapacity
-from gangsched.engine.explain import explain
-from gangsched.engine.fill import Attempt
-from gangsched.engine.placer import Placer
+from gangsched.engine.dra.allocator import AllocationResult
+from gangsched.engine.dra.claims import ClaimKey
+from gangsched.engine.dra.inventory import DeviceState, DraObjects
+from gangsched.engine.group import place_group
 from gangsched.engine.queue import Key, build_queue, order_key, queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, reservation_nodes
 from gangsched.engine.snapshot import BoolArray, Snapshot
 from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Reservation
-from gangsched.model import DEFAULT_SCHEDULER_NAME, Node, Pod, PodGroup, Reason
+from gangsched.model import DEFAULT_SCHEDULER_NAME, Node, Pod, PodGroup
 
 
 def schedule_groups(
@@ -27,35 +27,28 @@ def schedule_groups(
     *,
     reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS,
     held: Sequence[Reservation] = (),
+    devices: DeviceState | None = None,
 ) -> tuple[list[GroupDecision], list[Reservation]]:
     """Decide for every group in queue order, assuming each placement before the next group.
 
     A group that does not fit does not block the groups behind it, except through
     reservations (see `engine.reservation`): `held` ones the loop kept from earlier cycles
     for owners not decided now, and those made here for a group unschedulable for longer
-    than `reservation_after_seconds`, one per priority level at most. Returned: the
-    decisions, and the reservations that stand after this cycle.
+    than `reservation_after_seconds`, one per priority level at most. `devices` are the
+    cluster's DRA devices (None: no DRA objects). Returned: the decisions, and the
+    reservations that stand after this cycle.
     """
     decisions: list[GroupDecision] = []
     deciding = {g.key for g in groups}
     standing = [r for r in held if r.owner not in deciding]
+    allocated_now: dict[ClaimKey, AllocationResult] = {}
     for group in queue_order(groups):
-        cap = GroupCapacity(snapshot, group, blocked_for(snapshot, standing, order_key(group)))
-        placer = Placer(cap)
-        attempt = placer.place()
-        if attempt is not None and attempt.placed >= max(cap.need, 1):
-            decisions.append(_placed(group, cap, placer, attempt))
+        blocked = blocked_for(snapshot, standing, order_key(group))
+        outcome = place_group(snapshot, group, blocked, devices, allocated_now)
+        decisions.append(outcome.decision)
+        cap = outcome.capacity
+        if outcome.decision.scheduled or cap is None:
             continue
-        decisions.append(
-            GroupDecision(
-                namespace=group.namespace,
-                name=group.name,
-                scheduled=False,
-                reason=Reason.UNSCHEDULABLE,
-                message=explain(cap, placer),
-                pending=list(group.pending),
-            )
-        )
         level_taken = any(r.priority == group.priority for r in standing)
         if group.waiting_seconds >= reservation_after_seconds and not level_taken:
             reserved = reservation_nodes(cap)
@@ -63,25 +56,6 @@ def schedule_groups(
                 names = frozenset(snapshot.nodes[int(i)].name for i in np.flatnonzero(reserved))
                 standing.append(Reservation(group.key, group.priority, order_key(group), names))
     return decisions, standing
-
-
-def _placed(group: GroupRequest, cap: GroupCapacity, placer: Placer, attempt: Attempt) -> GroupDecision:
-    assignments = placer.commit(attempt)
-    placed = len(assignments)
-    message = f"placed {placed}/{cap.total} pending pod{'s' if cap.total != 1 else ''}"
-    domain = placer.domain_label(attempt)
-    if domain:
-        message += f" in {domain}"
-    return GroupDecision(
-        namespace=group.namespace,
-        name=group.name,
-        scheduled=True,
-        reason=Reason.SCHEDULED,
-        message=message,
-        assignments=assignments,
-        domain=domain,
-        pending=list(group.pending),
-    )
 
 
 def blocked_for(
@@ -111,14 +85,17 @@ def schedule_cycle(
     reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS,
     exclude_pods: frozenset[Key] = frozenset(),
     reservations: Sequence[Reservation] = (),
+    dra: DraObjects | None = None,
 ) -> CycleResult:
     """Group the pending pods of `scheduler_name`, then place every group in queue order.
 
     `pods` is every pod the scheduler knows (bound pods are load, whoever scheduled them).
     `exclude_pods` are pending pods not to place this cycle (e.g. a bind is in flight).
-    `reservations` are those the loop holds from earlier cycles.
+    `reservations` are those the loop holds from earlier cycles. `dra` are the DRA objects
+    (classes, slices, claims); without any, pods with claims wait.
     """
     snapshot = Snapshot(nodes, (p for p in pods if p.holds_resources))
+    devices = DeviceState(dra, snapshot.nodes, snapshot.index) if dra is not None and not dra.empty else None
     queue = build_queue(
         pods,
         pod_groups,
@@ -127,7 +104,11 @@ def schedule_cycle(
         exclude_pods=exclude_pods,
     )
     decisions, standing = schedule_groups(
-        snapshot, queue.requests, reservation_after_seconds=reservation_after_seconds, held=reservations
+        snapshot,
+        queue.requests,
+        reservation_after_seconds=reservation_after_seconds,
+        held=reservations,
+        devices=devices,
     )
     for decision, request in zip(decisions, queue_order(queue.requests), strict=True):
         decision.is_pod_group = request.is_pod_group

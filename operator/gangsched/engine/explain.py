@@ -58,24 +58,36 @@ def explain(cap: GroupCapacity, placer: Placer) -> str:
     head = f"{eligible}/{n} nodes eligible for {pods} pod{'s' if pods != 1 else ''}"
     parts = [f"{count} {text}" for text, count in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))]
     message = head + (": " + ", ".join(parts) if parts else "")
-    want = max(cap.need, 1)
     if cap.bound_nodes and cap.required_depth >= 0:
         ids, _ = snap.domains(cap.required_keys)
         if len({int(ids[i]) for i in cap.bound_nodes}) > 1:
             message += "; bound members already span several domains of the Required level"
+    return message + "; " + _closest(cap, placer, np.flatnonzero(reason == OK), cls)
+
+
+def explain_best(cap: GroupCapacity, placer: Placer) -> str:
+    """Only how close the group comes ("best rack r3 fits 6/8 (limited by ...)")."""
+    if not cap.classes:
+        return "no pending pods"
+    cls = cap.classes[max(range(len(cap.classes)), key=lambda k: cap.counts[k])]
+    usable = np.flatnonzero(cap.caps[cap.classes.index(cls)] > 0)
+    return _closest(cap, placer, usable, cls)
+
+
+def _closest(cap: GroupCapacity, placer: Placer, eligible: IntArray, cls: PodClass) -> str:
+    want = max(cap.need, 1)
     best = _best_partial(cap, placer)
     if best is not None:
-        message += f"; {best[0]} fits {best[1]}/{want}"
-        limits = _bottlenecks(cap, np.flatnonzero(reason == OK), cls)
+        text = f"{best[0]} fits {best[1]}/{want}"
+        limits = _bottlenecks(cap, eligible, cls)
         if limits:
-            message += f" (limited by {limits.most_common(1)[0][0]})"
-    elif cap.group.is_gang:
-        message += f"; needs {want} pod{'s' if want != 1 else ''} placed together"
-    elif cap.group.is_pod_group:
-        message += "; no node can hold any of its pods"
-    else:
-        message += "; no node can hold the pod"
-    return message
+            text += f" (limited by {limits.most_common(1)[0][0]})"
+        return text
+    if cap.group.is_gang:
+        return f"needs {want} pod{'s' if want != 1 else ''} placed together"
+    if cap.group.is_pod_group:
+        return "no node can hold any of its pods"
+    return "no node can hold the pod"
 
 
 def _best_partial(cap: GroupCapacity, placer: Placer) -> tuple[str, int] | None:
@@ -125,16 +137,30 @@ def _reason_counts(cap: GroupCapacity, reason: npt.NDArray[np.int8], cls: PodCla
                 counter[f"missing label {quoted(key)}"] += int(lacking.size)
             missing = missing[codes[missing] >= 0]
     if counts[INSUFFICIENT]:
-        for name, count in _bottlenecks(cap, np.flatnonzero(reason == INSUFFICIENT), cls).items():
-            counter[f"Insufficient {name}"] += count
+        nodes = np.flatnonzero(reason == INSUFFICIENT)
+        limits = _limiting_columns(cap, nodes, cls)
+        for column in np.unique(limits):
+            at = nodes[limits == column]
+            if cls.device_column is not None and column == cls.device_column and cap.devices is not None:
+                # Devices say why in their own words: which request, which taint.
+                counter.update(cap.devices.reasons(cls.device_key, at))
+            else:
+                counter[f"Insufficient {cap.resource_name(int(column))}"] += int(at.size)
     return counter
+
+
+def _limiting_columns(cap: GroupCapacity, nodes: IntArray, cls: PodClass) -> IntArray:
+    """Per node of `nodes`: the column that limits how many pods of `cls` fit."""
+    cols = np.flatnonzero(cls.request > 0)
+    ratio = np.maximum(cap.free[np.ix_(nodes, cols)], 0) / cls.request[cols]
+    limiting: IntArray = cols[np.argmin(ratio, axis=1)]
+    return limiting
 
 
 def _bottlenecks(cap: GroupCapacity, nodes: IntArray, cls: PodClass) -> Counter[str]:
     """Per resource: on how many of `nodes` it is what limits how many pods of `cls` fit."""
     if nodes.size == 0:
         return Counter()
-    cols = np.flatnonzero(cls.request > 0)
-    ratio = np.maximum(cap.free[np.ix_(nodes, cols)], 0) / cls.request[cols]
-    worst = np.bincount(np.argmin(ratio, axis=1), minlength=cols.size)
-    return Counter({cap.snap.resource_name(int(cols[j])): int(worst[j]) for j in np.flatnonzero(worst)})
+    limits = _limiting_columns(cap, nodes, cls)
+    columns, counts = np.unique(limits, return_counts=True)
+    return Counter({cap.resource_name(int(c)): int(k) for c, k in zip(columns, counts, strict=True)})

@@ -16,6 +16,7 @@ import numpy as np
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.fill import Attempt, fill
 from gangsched.engine.snapshot import IntArray
+from gangsched.model import Pod
 
 # How many candidate domains are fully evaluated per level (after vectorised ranking).
 CANDIDATES_PER_LEVEL = 8
@@ -177,16 +178,23 @@ class Placer:
 
     # -------------------------------------------------------------- the outcome
 
-    def commit(self, attempt: Attempt) -> dict[tuple[str, str], str]:
-        """Pod key -> node name; the snapshot counts the placed pods as used from now on."""
-        assignments: dict[tuple[str, str], str] = {}
-        for cls, per_node in zip(self.cap.classes, attempt.counts, strict=True):
+    def assign(self, attempt: Attempt) -> list[tuple[Pod, int, int]]:
+        """(pod, node index, class index) for every placed pod: per class, pods by name fill
+        its nodes in ascending order. Deterministic, so devices verified per pod stay with it."""
+        out: list[tuple[Pod, int, int]] = []
+        for k, (cls, per_node) in enumerate(zip(self.cap.classes, attempt.counts, strict=True)):
             pods = iter(sorted(cls.pods, key=lambda p: p.name))
             for node, count in sorted(per_node.items()):
                 for _ in range(count):
-                    pod = next(pods)
-                    assignments[pod.key] = self.snap.nodes[node].name
-                    self.snap.add_usage(node, cls.request)
+                    out.append((next(pods), node, k))
+        return out
+
+    def commit(self, attempt: Attempt) -> dict[tuple[str, str], str]:
+        """Pod key -> node name; the snapshot counts the placed pods as used from now on."""
+        assignments: dict[tuple[str, str], str] = {}
+        for pod, node, k in self.assign(attempt):
+            assignments[pod.key] = self.snap.nodes[node].name
+            self.snap.add_usage(node, self.cap.classes[k].resources(self.cap.width))
         return assignments
 
     def domain_label(self, attempt: Attempt) -> str | None:

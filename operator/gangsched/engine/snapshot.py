@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gangsched.model import PODS, Node, Placement, Pod, SelectorRequirement, Taint
+from gangsched.model import PODS, Node, Placement, Pod, SelectorRequirement, SelectorTerm, Taint
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -175,19 +175,23 @@ class Snapshot:
             code = values.get(value)
             match &= codes == code if code is not None else False
         if placement.affinity is not None:
-            any_term = np.zeros(len(self.nodes), dtype=bool)
-            for term in placement.affinity:
-                if not term.expressions and not term.fields:
-                    continue  # an empty term matches nothing
-                term_match = np.ones(len(self.nodes), dtype=bool)
-                for req in term.expressions:
-                    term_match &= self._requirement(req)
-                for req in term.fields:
-                    term_match &= self._field_requirement(req)
-                any_term |= term_match
-            match &= any_term
+            match &= self.terms_mask(placement.affinity)
         reason[(reason == OK) & ~match] = SELECTOR
         return Eligibility(mask=reason == OK, reason=reason, taint_of=taint_of)
+
+    def terms_mask(self, terms: Sequence[SelectorTerm]) -> BoolArray:
+        """Nodes matching any of the node selector terms (an empty term matches nothing)."""
+        any_term = np.zeros(len(self.nodes), dtype=bool)
+        for term in terms:
+            if not term.expressions and not term.fields:
+                continue
+            term_match = np.ones(len(self.nodes), dtype=bool)
+            for req in term.expressions:
+                term_match &= self._requirement(req)
+            for req in term.fields:
+                term_match &= self._field_requirement(req)
+            any_term |= term_match
+        return any_term
 
     def _requirement(self, req: SelectorRequirement) -> BoolArray:
         codes, values = self.label_codes(req.key)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gangsched.engine.dra.allocator import AllocationResult
 from gangsched.model import Pod, Reason, TopologyConstraint
 
 
@@ -42,6 +43,17 @@ class Reservation:
     nodes: frozenset[str]
 
 
+@dataclass(frozen=True, slots=True)
+class PodDevice:
+    """One device a placed pod gets, through one of its claims."""
+
+    claim: str  # the pod's spec.resourceClaims[].name
+    request: str  # "gpu", or "gpu/a100" for a firstAvailable alternative
+    driver: str
+    pool: str
+    device: str
+
+
 @dataclass(slots=True)
 class GroupDecision:
     namespace: str
@@ -57,6 +69,10 @@ class GroupDecision:
     is_pod_group: bool = True
     # Pending pods of this group this cycle (placed or not).
     pending: list[Pod] = field(default_factory=list)
+    # Claims this decision allocates (namespace, name) -> allocation; written before binding.
+    allocations: dict[tuple[str, str], AllocationResult] = field(default_factory=dict)
+    # Per placed pod with claims: its devices, from new and earlier allocations alike.
+    devices: dict[tuple[str, str], list[PodDevice]] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str]:

@@ -156,7 +156,8 @@ class ClaimSpec:
     requests: tuple[DeviceRequest, ...]
     constraints: tuple[DeviceConstraint, ...] = ()
     # Raw DeviceClaimConfiguration entries, copied into the allocation as upstream does.
-    config: tuple[Mapping[str, Any], ...] = ()
+    # Not compared: it does not change placement, and so specs stay hashable (pod classes).
+    config: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,15 +221,6 @@ class ResourceClaimTemplate:
     @property
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
-
-
-@dataclass(frozen=True, slots=True)
-class PodClaim:
-    """One entry of a pod's spec.resourceClaims: a claim by name, or from a template."""
-
-    name: str
-    claim_name: str | None = None
-    template_name: str | None = None
 
 
 # --------------------------------------------------------------------------- parsing
@@ -361,6 +353,14 @@ def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
     if not pool.get("name"):
         raise ModelError("spec.pool.name is required")
     selector = spec.get("nodeSelector")
+    reach = [f for f in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection") if spec.get(f)]
+    if len(reach) != 1:
+        raise ModelError(
+            "spec: exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection is required"
+            + (f", not {', '.join(reach)}" if reach else "")
+        )
+    if spec.get("sharedCounters") and spec.get("devices"):
+        raise ModelError("spec: only one of sharedCounters or devices is allowed")
     counters = tuple(
         CounterSet(
             name=str(_obj(c, f"spec.sharedCounters[{i}]").get("name") or ""),
@@ -466,8 +466,8 @@ def parse_claim_spec(value: Any, where: str = "spec") -> ClaimSpec:
                     raise ModelError(f"{sub_at}.name is required")
                 subs.append(_sub_request(sub_item, str(sub_item["name"]), sub_at, exact=False))
             requests.append(DeviceRequest(name, first_available=tuple(subs)))
-    if not requests:
-        raise ModelError(f"{where}.devices.requests: at least one request is needed")
+    # No requests is valid ("If empty, nothing needs to be allocated"): upstream allocates such a
+    # claim with no results (tests/unit/test_dra_oracle.py, readme-example's allocated claim).
     constraints = []
     for i, raw in enumerate(_list(devices.get("constraints"), f"{where}.devices.constraints")):
         at = f"{where}.devices.constraints[{i}]"
@@ -555,33 +555,3 @@ def parse_resource_claim_template(obj: Mapping[str, Any]) -> ResourceClaimTempla
         name=str(meta["name"]),
         spec=parse_claim_spec(spec.get("spec"), "spec.spec"),
     )
-
-
-def parse_pod_claims(
-    spec: Mapping[str, Any], status: Mapping[str, Any]
-) -> tuple[tuple[PodClaim, ...], dict[str, str | None]]:
-    """A pod's spec.resourceClaims, and status.resourceClaimStatuses (name -> generated claim)."""
-    claims = []
-    for i, raw in enumerate(_list(spec.get("resourceClaims"), "spec.resourceClaims")):
-        item = _obj(raw, f"spec.resourceClaims[{i}]")
-        if not item.get("name"):
-            raise ModelError(f"spec.resourceClaims[{i}].name is required")
-        claim_name = item.get("resourceClaimName")
-        template = item.get("resourceClaimTemplateName")
-        if bool(claim_name) == bool(template):
-            raise ModelError(
-                f"spec.resourceClaims[{i}]: exactly one of resourceClaimName or resourceClaimTemplateName"
-            )
-        claims.append(
-            PodClaim(
-                str(item["name"]),
-                str(claim_name) if claim_name else None,
-                str(template) if template else None,
-            )
-        )
-    statuses: dict[str, str | None] = {}
-    for raw in _list(status.get("resourceClaimStatuses"), "status.resourceClaimStatuses"):
-        if isinstance(raw, Mapping) and raw.get("name"):
-            generated = raw.get("resourceClaimName")
-            statuses[str(raw["name"])] = str(generated) if generated else None
-    return tuple(claims), statuses

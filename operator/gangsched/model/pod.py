@@ -7,7 +7,7 @@ init containers, overhead); `Placement` is the eligibility signature identical p
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gangsched.model.common import (
@@ -69,6 +69,15 @@ class Placement:
     tolerations: tuple[Toleration, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class PodClaim:
+    """One entry of a pod's spec.resourceClaims: a claim by name, or from a template."""
+
+    name: str
+    claim_name: str | None = None
+    template_name: str | None = None
+
+
 @dataclass(slots=True)
 class Pod:
     namespace: str
@@ -89,6 +98,10 @@ class Pod:
     bound_for: str = ""
     # The reason of a False PodScheduled condition ("Unschedulable", "SchedulingGated"), else "".
     unscheduled_reason: str = ""
+    # spec.resourceClaims, and status.resourceClaimStatuses (pod claim name -> the claim
+    # generated from its template; None while the resourceclaim controller has not made it).
+    claims: tuple[PodClaim, ...] = ()
+    claim_statuses: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -269,6 +282,7 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         raise ModelError(f"spec.priority: must be an integer, not {priority!r}")
     if priority is None and priorities is not None:
         priority = priorities.pod_priority(str(spec.get("priorityClassName") or ""))
+    claims, claim_statuses = parse_pod_claims(spec, status)
     return Pod(
         namespace=str(meta.get("namespace") or NAMESPACE_DEFAULT),
         name=str(meta["name"]),
@@ -286,7 +300,56 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         scheduling_gated=bool(spec.get("schedulingGates")),
         bound_for=str((meta.get("annotations") or {}).get(BOUND_FOR_ANNOTATION) or ""),
         unscheduled_reason=_unscheduled_reason(status),
+        claims=claims,
+        claim_statuses=claim_statuses,
     )
+
+
+def parse_pod_claims(
+    spec: Mapping[str, Any], status: Mapping[str, Any]
+) -> tuple[tuple[PodClaim, ...], dict[str, str | None]]:
+    """A pod's spec.resourceClaims, and status.resourceClaimStatuses (name -> generated claim).
+
+    Container `resources.claims` must name a pod claim (the apiserver checks this too; a
+    pod read from a file may not have been through it)."""
+    raw_claims = spec.get("resourceClaims") or []
+    if not isinstance(raw_claims, list):
+        raise ModelError("spec.resourceClaims must be a list")
+    claims: list[PodClaim] = []
+    for i, item in enumerate(raw_claims):
+        if not isinstance(item, Mapping) or not item.get("name"):
+            raise ModelError(f"spec.resourceClaims[{i}].name is required")
+        claim_name = item.get("resourceClaimName")
+        template = item.get("resourceClaimTemplateName")
+        if bool(claim_name) == bool(template):
+            raise ModelError(
+                f"spec.resourceClaims[{i}]: exactly one of resourceClaimName or resourceClaimTemplateName"
+            )
+        if any(c.name == item["name"] for c in claims):
+            raise ModelError(f"spec.resourceClaims[{i}]: duplicate name {item['name']!r}")
+        claims.append(
+            PodClaim(
+                str(item["name"]),
+                str(claim_name) if claim_name else None,
+                str(template) if template else None,
+            )
+        )
+    names = {c.name for c in claims}
+    for list_name in ("containers", "initContainers"):
+        for i, container in enumerate(spec.get(list_name) or []):
+            used = ((container or {}).get("resources") or {}).get("claims") or []
+            for j, ref in enumerate(used if isinstance(used, list) else []):
+                ref_name = ref.get("name") if isinstance(ref, Mapping) else None
+                if ref_name not in names:
+                    where = f"spec.{list_name}[{i}].resources.claims[{j}]"
+                    raise ModelError(f"{where}: {ref_name!r} is not in spec.resourceClaims")
+    statuses: dict[str, str | None] = {}
+    raw_statuses = status.get("resourceClaimStatuses") or []
+    for item in raw_statuses if isinstance(raw_statuses, list) else []:
+        if isinstance(item, Mapping) and item.get("name"):
+            generated = item.get("resourceClaimName")
+            statuses[str(item["name"])] = str(generated) if generated else None
+    return tuple(claims), statuses
 
 
 def _unscheduled_reason(status: Mapping[str, Any]) -> str:

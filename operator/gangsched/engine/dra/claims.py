@@ -1,0 +1,198 @@
+"""From a group's pods to what they ask of the devices.
+
+Each pod's `spec.resourceClaims` entry names a ResourceClaim directly or through the claim
+its template produced (`status.resourceClaimStatuses`, as kube-scheduler resolves it). Per
+claim, what it means for placement:
+
+- **allocated** (earlier, or by a group before this one in the cycle): no devices to find;
+  its `nodeSelector` limits the pod to the nodes it allows;
+- **own** (unallocated, used by this pod alone among the group's pending pods): allocated per
+  pod, counted per node by `inventory.DeviceState.pod_slots`;
+- **shared** (unallocated, used by several pending pods of the group): allocated once, then
+  its `nodeSelector` binds every user (`engine.group`).
+
+A pod whose claim does not exist yet (or is being deleted) keeps its group waiting, with the
+claim named. `firstAvailable` requests make *variants*: the group is placed with the first
+alternative of every such request if it fits, else the next (KEP-4816, for the whole gang).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gangsched.engine.dra.allocator import AllocationResult, ClaimToAllocate
+from gangsched.engine.dra.inventory import Alignment, Demand, Need
+from gangsched.model import Pod, SelectorTerm
+from gangsched.model.dra import ClaimSpec, DeviceRequest, ResourceClaim
+from gangsched.model.pod import node_selector_terms
+
+# At most this many combinations of firstAvailable alternatives are tried per group.
+MAX_VARIANTS = 16
+
+ClaimKey = tuple[str, str]
+# (request name, its alternatives' names): one firstAvailable choice, shared by identical claims
+Choice = tuple[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimUse:
+    """One entry of a pod's spec.resourceClaims, resolved."""
+
+    pod_claim: str  # the entry's name in the pod
+    key: ClaimKey
+
+
+@dataclass(slots=True)
+class GroupClaims:
+    """The claims of one group's pending pods, resolved."""
+
+    uses: dict[tuple[str, str], tuple[ClaimUse, ...]]  # pod key -> its claims
+    claims: dict[ClaimKey, ResourceClaim]
+    # Allocations that already exist (or were made earlier this cycle): only limit nodes.
+    allocated: dict[ClaimKey, tuple[SelectorTerm, ...] | None]
+    shared: dict[ClaimKey, list[tuple[str, str]]]  # unallocated claim -> its pending users
+    choices: list[Choice] = field(default_factory=list)
+
+    def variants(self) -> Iterator[dict[Choice, int]]:
+        """Alternative indexes per choice, first alternatives first (lexicographic)."""
+        ranges = [range(len(alternatives)) for _, alternatives in self.choices]
+        for combination in itertools.islice(itertools.product(*ranges), MAX_VARIANTS):
+            yield dict(zip(self.choices, combination, strict=True))
+
+    def own(self, pod: Pod) -> list[ClaimUse]:
+        return [
+            u for u in self.uses.get(pod.key, ()) if u.key not in self.allocated and u.key not in self.shared
+        ]
+
+    def to_allocate(self, key: ClaimKey, variant: Mapping[Choice, int]) -> ClaimToAllocate:
+        claim = self.claims[key]
+        return ClaimToAllocate(claim.namespace, claim.name, reduce(claim.spec, variant))
+
+    def demand(self, pod: Pod, variant: Mapping[Choice, int]) -> Demand:
+        needs: list[Need] = []
+        alignments: list[Alignment] = []
+        for use in self.own(pod):
+            claim = self.claims[use.key]
+            offset = len(needs)
+            spec = reduce(claim.spec, variant)
+            needs.extend(claim_needs(f"{claim.namespace}/{claim.name}", spec))
+            alignments.extend(_alignments(spec, offset))
+        return Demand(needs=tuple(needs), alignments=tuple(alignments))
+
+    def used_alternatives(self, variant: Mapping[Choice, int]) -> list[str]:
+        """ "request/alternative" for each firstAvailable choice, as the message says it."""
+        return [
+            f"{name}/{alternatives[variant[(name, alternatives)]]}" for name, alternatives in self.choices
+        ]
+
+
+def reduce(spec: ClaimSpec, variant: Mapping[Choice, int]) -> ClaimSpec:
+    """The spec with each firstAvailable request narrowed to the variant's alternative (result
+    names stay "request/alternative", as upstream writes them)."""
+    if not any(r.first_available for r in spec.requests):
+        return spec
+    requests = []
+    for request in spec.requests:
+        if request.first_available:
+            choice = (request.name, tuple(s.name for s in request.first_available))
+            picked = request.first_available[variant.get(choice, 0)]
+            request = DeviceRequest(name=request.name, first_available=(picked,))
+        requests.append(request)
+    return ClaimSpec(requests=tuple(requests), constraints=spec.constraints, config=spec.config)
+
+
+def claim_needs(claim: str, spec: ClaimSpec) -> list[Need]:
+    needs = []
+    for request in spec.requests:
+        sub = request.alternatives[0]
+        needs.append(
+            Need(
+                claim=claim,
+                request=f"{request.name}/{sub.name}" if request.first_available else request.name,
+                device_class=sub.device_class,
+                selectors=sub.selectors,
+                count=sub.count,
+                all_devices=sub.allocation_mode == "All",
+                admin=bool(sub.admin_access),
+                tolerations=sub.tolerations,
+            )
+        )
+    return needs
+
+
+def _alignments(spec: ClaimSpec, offset: int) -> list[Alignment]:
+    out = []
+    for constraint in spec.constraints:
+        attribute = constraint.match_attribute or constraint.distinct_attribute
+        if not attribute:
+            continue
+        named = set(constraint.requests)
+        members = tuple(
+            offset + j
+            for j, request in enumerate(spec.requests)
+            if not named
+            or request.name in named
+            or (request.first_available and f"{request.name}/{request.first_available[0].name}" in named)
+        )
+        out.append(
+            Alignment(attribute=attribute, needs=members, match=constraint.match_attribute is not None)
+        )
+    return out
+
+
+def resolve(
+    pods: Sequence[Pod],
+    claims: Mapping[ClaimKey, ResourceClaim],
+    allocated_now: Mapping[ClaimKey, AllocationResult],
+) -> GroupClaims | str:
+    """The group's claims, or why it must wait (a claim missing or being deleted)."""
+    uses: dict[tuple[str, str], tuple[ClaimUse, ...]] = {}
+    found: dict[ClaimKey, ResourceClaim] = {}
+    users: dict[ClaimKey, list[tuple[str, str]]] = {}
+    for pod in pods:
+        resolved = []
+        for entry in pod.claims:
+            name = entry.claim_name or pod.claim_statuses.get(entry.name)
+            if not name:
+                return (
+                    f"pod {pod.name}: waiting for the ResourceClaim of template {entry.template_name} "
+                    f"(claim {entry.name}) to be created"
+                )
+            key = (pod.namespace, name)
+            claim = claims.get(key)
+            if claim is None:
+                return (
+                    f"pod {pod.name}: waiting for ResourceClaim {pod.namespace}/{name} (claim {entry.name})"
+                )
+            if claim.deleting:
+                return f"pod {pod.name}: ResourceClaim {pod.namespace}/{name} is being deleted"
+            found[key] = claim
+            resolved.append(ClaimUse(entry.name, key))
+            users.setdefault(key, []).append(pod.key)
+        uses[pod.key] = tuple(resolved)
+    allocated: dict[ClaimKey, tuple[SelectorTerm, ...] | None] = {}
+    for key, claim in found.items():
+        if key in allocated_now:
+            allocated[key] = selector_terms(allocated_now[key].node_selector)
+        elif claim.allocation is not None:
+            allocated[key] = claim.allocation.node_selector
+    shared = {k: v for k, v in users.items() if k not in allocated and len(set(v)) > 1}
+    choices: list[Choice] = []
+    for key, claim in found.items():
+        if key in allocated:
+            continue
+        for request in claim.spec.requests:
+            if len(request.first_available) > 1:
+                choice = (request.name, tuple(s.name for s in request.first_available))
+                if choice not in choices:
+                    choices.append(choice)
+    return GroupClaims(uses=uses, claims=found, allocated=allocated, shared=shared, choices=choices)
+
+
+def selector_terms(selector: Mapping[str, object] | None) -> tuple[SelectorTerm, ...] | None:
+    """An allocation's nodeSelector (JSON, as `AllocationResult` makes it) as terms."""
+    if selector is None:
+        return None
+    return node_selector_terms(selector, "nodeSelector")

@@ -1,0 +1,632 @@
+"""Every device of the cluster as the engine counts it, and which are free this cycle.
+
+Two views of one truth, so that topology and devices are decided in one pass:
+
+- **Vectorised** (`DeviceTable`, `DeviceState.pod_slots`): per node, how many pods of a class
+  the node's free devices can serve, computed with numpy over all devices at once. The placer
+  treats it as one more capacity column, next to cpu and memory. It is exact for the common
+  shapes (N devices of a class, devices aligned on an attribute) and an upper bound otherwise
+  (requests that compete for the same devices, partitionable devices sharing counters).
+- **Exact** (`DeviceState.allocate`): the structured allocator (`allocator.NodeAllocator`) on
+  one node, run only on the nodes a placement chose, pod by pod. Where the bound was loose the
+  group is placed again with the exact count (`engine.group`).
+
+The table is rebuilt only when a ResourceSlice changes; selector results are cached on it (and
+per device in the `SelectorEvaluator`), so a cycle on an unchanged inventory evaluates no CEL.
+Which devices are in use is per cycle: every allocated claim's devices (adminAccess excepted,
+as upstream), plus what this cycle allocates.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from gangsched.engine.dra.allocator import (
+    AllocationResult,
+    ClaimToAllocate,
+    NodeAllocator,
+    lookup_attribute,
+    taint_blocks,
+)
+from gangsched.engine.dra.cel import CelCompileError, SelectorEvaluator, engine
+from gangsched.engine.dra.pools import DeviceId, Pool, gather_pools, node_matches
+from gangsched.model import Node
+from gangsched.model.dra import (
+    Device,
+    DeviceClass,
+    DeviceTaint,
+    DeviceToleration,
+    ResourceClaim,
+    ResourceSlice,
+)
+from gangsched.model.text import quoted
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+UNLIMITED = 1 << 30
+
+
+def taint_text(taint: DeviceTaint) -> str:
+    """As the explanations print it: key=value:Effect, or key=Effect without a value."""
+    return f"{taint.key}={taint.value}:{taint.effect}" if taint.value else f"{taint.key}={taint.effect}"
+
+
+@dataclass(slots=True)
+class DraObjects:
+    """The DRA objects of the cluster, as the engine is given them."""
+
+    classes: Mapping[str, DeviceClass] = field(default_factory=dict)
+    slices: Sequence[ResourceSlice] = ()
+    claims: Mapping[tuple[str, str], ResourceClaim] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not self.classes and not self.slices and not self.claims
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorFailure:
+    """A selector that failed on a device: compile errors fail on all of them."""
+
+    owner: str  # "class gpu.example.com" or "claim ns/name"
+    index: int
+    expression: str
+    message: str
+    compile_error: bool
+
+    def text(self) -> str:
+        kind = "compile" if self.compile_error else "runtime"
+        where = f"{self.owner}: selector #{self.index} {quoted(self.expression)}"
+        return f"{where}: CEL {kind} error: {self.message}"
+
+
+@dataclass(slots=True)
+class Match:
+    """Which devices a (class, request) pair selects, and the selector failures met on the way."""
+
+    mask: BoolArray
+    # device index -> the failure (a device that fails never matches)
+    failures: dict[int, SelectorFailure]
+    compile_failure: SelectorFailure | None = None
+
+
+class DeviceTable:
+    """All devices of the newest generation of every pool, as parallel arrays.
+
+    `usable` is False for devices of incomplete or invalid pools (not allocated from, as
+    upstream). Devices are in pool order (driver, pool), then slice name, then slice order: the
+    allocator's own first-fit order.
+    """
+
+    def __init__(self, slices: Sequence[ResourceSlice]) -> None:
+        self.by_pool: dict[tuple[str, str], list[ResourceSlice]] = {}
+        for slice_ in slices:
+            self.by_pool.setdefault((slice_.driver, slice_.pool), []).append(slice_)
+        self.local_slices: dict[str, list[ResourceSlice]] = {}
+        self.other_slices: list[ResourceSlice] = []
+        for slice_ in slices:
+            if slice_.node_name and not slice_.shared_counters:
+                self.local_slices.setdefault(slice_.node_name, []).append(slice_)
+            else:
+                self.other_slices.append(slice_)
+        self.entries: list[tuple[ResourceSlice, Device]] = []
+        self.ids: dict[DeviceId, int] = {}
+        usable: list[bool] = []
+        self.node_names: list[str | None] = []
+        self.pool_keys: list[tuple[str, str]] = []
+        self.counter_sets: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
+        # Devices reached through a selector or allNodes rather than a node name, by reach.
+        self.network: dict[tuple[str, str], list[int]] = {}
+        self.network_reach: dict[tuple[str, str], tuple[ResourceSlice, Device | None]] = {}
+        for key in sorted(self.by_pool):
+            pool_slices = self.by_pool[key]
+            newest = max(s.generation for s in pool_slices)
+            current = sorted((s for s in pool_slices if s.generation == newest), key=lambda s: s.name)
+            ok = len(current) == current[0].slice_count and self._valid(key, current)
+            for slice_ in current:
+                for device in slice_.devices:
+                    index = len(self.entries)
+                    self.entries.append((slice_, device))
+                    self.ids.setdefault((slice_.driver, slice_.pool, device.name), index)
+                    usable.append(ok)
+                    self.pool_keys.append(key)
+                    if slice_.per_device_node_selection:
+                        name = device.node_name
+                        reach: tuple[str, str] = (slice_.name, device.name)
+                        holder: tuple[ResourceSlice, Device | None] = (slice_, device)
+                    else:
+                        name = slice_.node_name
+                        reach, holder = (slice_.name, ""), (slice_, None)
+                    self.node_names.append(name)
+                    if not name:
+                        self.network.setdefault(reach, []).append(index)
+                        self.network_reach[reach] = holder
+        self.size = len(self.entries)
+        self.usable = np.array(usable, dtype=bool)
+        self.counter_devices = [i for i, (_, d) in enumerate(self.entries) if d.consumes_counters]
+        self.tainted = [i for i, (_, d) in enumerate(self.entries) if d.taints]
+        self._matches: dict[tuple[tuple[str, ...], tuple[str, ...]], Match] = {}
+        self._attributes: dict[str, tuple[IntArray, list[tuple[str, object]]]] = {}
+        self._blocked: dict[tuple[DeviceToleration, ...], BoolArray] = {}
+        self._pools: dict[str, tuple[tuple[tuple[str, str], ...], list[Pool]]] = {}
+
+    def _valid(self, key: tuple[str, str], current: list[ResourceSlice]) -> bool:
+        names: set[str] = set()
+        counters: dict[str, dict[str, int]] = {}
+        for slice_ in current:
+            for counter_set in slice_.shared_counters:
+                if counter_set.name in counters:
+                    return False
+                counters[counter_set.name] = dict(counter_set.counters)
+            for device in slice_.devices:
+                if device.name in names:
+                    return False
+                names.add(device.name)
+        for slice_ in current:
+            for device in slice_.devices:
+                for consumption in device.consumes_counters:
+                    found = counters.get(consumption.counter_set)
+                    if found is None or any(name not in found for name, _ in consumption.counters):
+                        return False
+        self.counter_sets[key] = counters
+        return True
+
+    # ------------------------------------------------------------------ selectors
+
+    def match(
+        self, device_class: DeviceClass, selectors: tuple[str, ...], claim: str, evaluator: SelectorEvaluator
+    ) -> Match:
+        """Devices the class's selectors, then the request's, select (cached per selector pair)."""
+        key = (device_class.selectors, selectors)
+        cached = self._matches.get(key)
+        if cached is not None:
+            return _renamed(cached, device_class.name, claim)
+        owners = [
+            *((f"class {device_class.name}", i, e) for i, e in enumerate(device_class.selectors)),
+            *((f"claim {claim}", i, e) for i, e in enumerate(selectors)),
+        ]
+        mask = np.zeros(self.size, dtype=bool)
+        result = Match(mask=mask, failures={})
+        for owner, index, expression in owners:
+            try:
+                engine().compile(expression)
+            except CelCompileError as exc:
+                result.compile_failure = SelectorFailure(owner, index, expression, exc.message, True)
+                self._matches[key] = result
+                return result
+        for i in np.flatnonzero(self.usable):
+            slice_, device = self.entries[int(i)]
+            for owner, index, expression in owners:
+                try:
+                    if not evaluator.matches(expression, slice_.driver, device, slice_):
+                        break
+                except Exception as exc:  # CelError: recorded, never a match
+                    result.failures[int(i)] = SelectorFailure(owner, index, expression, str(exc), False)
+                    break
+            else:
+                mask[i] = True
+        self._matches[key] = result
+        return result
+
+    def attribute_codes(self, name: str) -> tuple[IntArray, list[tuple[str, object]]]:
+        """Per device, a code for the value of attribute `name` (-1 without it), and the values."""
+        cached = self._attributes.get(name)
+        if cached is None:
+            values: dict[tuple[str, object], int] = {}
+            codes = np.full(self.size, -1, dtype=np.int64)
+            for i, (slice_, device) in enumerate(self.entries):
+                attribute = lookup_attribute(device, slice_.driver, name)
+                if attribute is not None:
+                    codes[i] = values.setdefault((attribute.kind, attribute.value), len(values))
+            cached = (codes, list(values))
+            self._attributes[name] = cached
+        return cached
+
+    def blocked(self, tolerations: tuple[DeviceToleration, ...]) -> BoolArray:
+        """Devices a NoSchedule/NoExecute taint keeps from a request with `tolerations`."""
+        cached = self._blocked.get(tolerations)
+        if cached is None:
+            cached = np.zeros(self.size, dtype=bool)
+            for i in self.tainted:
+                cached[i] = taint_blocks(self.entries[i][1], tolerations)
+            self._blocked[tolerations] = cached
+        return cached
+
+    def pools_for(self, node: Node) -> list[Pool]:
+        """The pools the allocator sees from `node` (cached while its labels stay the same)."""
+        labels = tuple(sorted(node.labels.items()))
+        cached = self._pools.get(node.name)
+        if cached is None or cached[0] != labels:
+            candidates = [*self.local_slices.get(node.name, ()), *self.other_slices]
+            cached = (labels, gather_pools(node, candidates, self.by_pool))
+            self._pools[node.name] = cached
+        return cached[1]
+
+
+def _renamed(match: Match, class_name: str, claim: str) -> Match:
+    """A cached match whose failures name this request's class and claim."""
+    if not match.failures and match.compile_failure is None:
+        return match
+
+    def rename(f: SelectorFailure) -> SelectorFailure:
+        owner = f"class {class_name}" if f.owner.startswith("class ") else f"claim {claim}"
+        return SelectorFailure(owner, f.index, f.expression, f.message, f.compile_error)
+
+    return Match(
+        mask=match.mask,
+        failures={i: rename(f) for i, f in match.failures.items()},
+        compile_failure=rename(match.compile_failure) if match.compile_failure else None,
+    )
+
+
+_TABLES: dict[tuple[tuple[str, str, str], ...], DeviceTable] = {}
+_EVALUATOR = SelectorEvaluator()
+
+
+def device_table(slices: Sequence[ResourceSlice]) -> DeviceTable:
+    """The table for these slices, reused while none of them changes (two kept: the operator's
+    current inventory and a simulation's)."""
+    key = tuple((s.name, s.resource_version, str(s.generation)) for s in slices)
+    table = _TABLES.get(key)
+    if table is None:
+        if len(_TABLES) >= 2:
+            _TABLES.pop(next(iter(_TABLES)))
+        table = DeviceTable(slices)
+        _TABLES[key] = table
+    return table
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """One request (or the chosen firstAvailable alternative) of a claim, as counting sees it."""
+
+    claim: str = field(compare=False)  # namespace/name, for messages: pods of one template share needs
+    request: str  # "gpu" or "gpu/a100"
+    device_class: str
+    selectors: tuple[str, ...]
+    count: int
+    all_devices: bool
+    admin: bool
+    tolerations: tuple[DeviceToleration, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Alignment:
+    """A matchAttribute (or distinctAttribute) constraint over some needs of one claim."""
+
+    attribute: str
+    needs: tuple[int, ...]  # indexes into the demand's needs
+    match: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What one pod asks of the devices: its needs, and the constraints between them."""
+
+    needs: tuple[Need, ...]
+    alignments: tuple[Alignment, ...] = ()
+
+
+class DeviceState:
+    """Devices on one snapshot for one cycle: free or not, counting and exact allocation."""
+
+    def __init__(self, objects: DraObjects, nodes: Sequence[Node], index: Mapping[str, int]) -> None:
+        self.objects = objects
+        self.classes = objects.classes
+        self.nodes = nodes
+        self.table = device_table(objects.slices)
+        self.evaluator = _EVALUATOR
+        self.evaluator.new_cycle()
+        table = self.table
+        self.node_of = np.full(table.size, -1, dtype=np.int64)
+        for i, name in enumerate(table.node_names):
+            if name is not None:
+                self.node_of[i] = index.get(name, -1)
+        self.reach: dict[tuple[str, str], BoolArray] = {}
+        for key, (slice_, device) in table.network_reach.items():
+            if device is not None:
+                args = (device.node_name, device.all_nodes, device.node_selector)
+            else:
+                args = (slice_.node_name, slice_.all_nodes, slice_.node_selector)
+            self.reach[key] = np.array([node_matches(n, *args) for n in nodes], dtype=bool)
+        self.in_use: set[DeviceId] = set()
+        for claim in objects.claims.values():
+            if claim.allocation is not None:
+                self.in_use.update(d.device_id for d in claim.allocation.devices if not d.admin_access)
+        self.free = table.usable.copy()
+        for device_id in self.in_use:
+            found = table.ids.get(device_id)
+            if found is not None:
+                self.free[found] = False
+        self._counters: dict[tuple[str, str], dict[str, dict[str, int]]] | None = None
+
+    # ------------------------------------------------------------------ matching
+
+    def match(self, need: Need) -> Match | None:
+        """None when the need's class does not exist."""
+        device_class = self.classes.get(need.device_class)
+        if device_class is None:
+            return None
+        return self.table.match(device_class, need.selectors, need.claim, self.evaluator)
+
+    def failures(self, demand: Demand, nodes: BoolArray) -> list[SelectorFailure]:
+        """Selector failures the allocator could reach for `demand` on `nodes`: on free devices
+        of those nodes (or reaching them), as upstream only errors on devices it tries."""
+        out: list[SelectorFailure] = []
+        for need in demand.needs:
+            match = self.match(need)
+            if match is None:
+                continue
+            if match.compile_failure is not None:
+                out.append(match.compile_failure)
+                continue
+            for i, failure in match.failures.items():
+                if need.admin or self.free[i]:
+                    node = int(self.node_of[i])
+                    if (node >= 0 and nodes[node]) or (node < 0 and self._reaches_any(i, nodes)):
+                        out.append(failure)
+                        break
+        return out
+
+    def _reaches_any(self, i: int, nodes: BoolArray) -> bool:
+        for key, members in self.table.network.items():
+            if i in members:
+                return bool((self.reach[key] & nodes).any())
+        return False
+
+    # ------------------------------------------------------------------ counting
+
+    def _counts(self, ok: BoolArray) -> IntArray:
+        """Per node: how many devices of `ok` it can use (its own, and those reaching it)."""
+        n = len(self.nodes)
+        local = ok & (self.node_of >= 0)
+        counts = np.bincount(self.node_of[local], minlength=n).astype(np.int64)[:n]
+        for key, members in self.table.network.items():
+            c = int(ok[members].sum())
+            if c:
+                counts += c * self.reach[key]
+        return counts
+
+    def available_counters(self) -> dict[tuple[str, str], dict[str, dict[str, int]]]:
+        """Per pool and counter set: counters left after every device in use."""
+        if self._counters is None:
+            table = self.table
+            left = {key: {s: dict(c) for s, c in sets.items()} for key, sets in table.counter_sets.items()}
+            for i in table.counter_devices:
+                slice_, device = table.entries[i]
+                if (slice_.driver, slice_.pool, device.name) not in self.in_use:
+                    continue
+                sets = left.get(table.pool_keys[i], {})
+                for consumption in device.consumes_counters:
+                    for name, value in consumption.counters:
+                        sets.get(consumption.counter_set, {})[name] = (
+                            sets.get(consumption.counter_set, {}).get(name, 0) - value
+                        )
+            self._counters = left
+        return self._counters
+
+    def usable_for(self, need: Need, match: Match, *, ignore_use: bool = False) -> BoolArray:
+        """Devices `need` may take now: selected, free (unless admin), not tainted for it, and
+        for partitionable devices, their counters still fit."""
+        ok: BoolArray = match.mask & (self.table.usable if (need.admin or ignore_use) else self.free)
+        if self.table.tainted:
+            ok = ok & ~self.table.blocked(need.tolerations)
+        if self.table.counter_devices and not ignore_use and not need.admin:
+            left = self.available_counters()
+            for i in self.table.counter_devices:
+                if ok[i] and not self._counters_fit(left.get(self.table.pool_keys[i], {}), i):
+                    ok[i] = False
+        return ok
+
+    def _counters_fit(self, left: Mapping[str, Mapping[str, int]], i: int) -> bool:
+        device = self.table.entries[i][1]
+        return all(
+            left.get(c.counter_set, {}).get(name, 0) >= value
+            for c in device.consumes_counters
+            for name, value in c.counters
+        ) and all(v >= 0 for counters in left.values() for v in counters.values())
+
+    def pod_slots(self, demand: Demand, *, ignore_use: bool = False) -> IntArray:
+        """Per node, how many pods with `demand` its devices can serve (see the module docstring).
+
+        `ignore_use` counts as if no device were allocated (the node when empty)."""
+        n = len(self.nodes)
+        slots = np.full(n, UNLIMITED, dtype=np.int64)
+        plain: Counter[int] = Counter()
+        first_of: dict[tuple[object, ...], int] = {}
+        oks: list[BoolArray | None] = []
+        aligned = {j for a in demand.alignments if a.match for j in a.needs}
+        for j, need in enumerate(demand.needs):
+            match = self.match(need)
+            if match is None:
+                return np.zeros(n, dtype=np.int64)
+            ok = self.usable_for(need, match, ignore_use=ignore_use)
+            oks.append(ok)
+            if need.admin:
+                slots = np.minimum(
+                    slots, np.where(self._counts(match.mask & self.table.usable) > 0, UNLIMITED, 0)
+                )
+                continue
+            if need.all_devices:
+                every = self._counts(match.mask & self.table.usable)
+                slots = np.minimum(slots, np.where((every > 0) & (self._counts(ok) == every), 1, 0))
+                continue
+            if j in aligned:
+                continue
+            # Needs that select the same devices draw on one count.
+            key = (need.device_class, need.selectors, need.tolerations)
+            first = first_of.setdefault(key, j)
+            plain[first] += need.count
+        for j, count in plain.items():
+            selected = oks[j]
+            assert selected is not None
+            slots = np.minimum(slots, self._counted(selected) // count)
+        for alignment in demand.alignments:
+            slots = np.minimum(slots, self._aligned(demand, alignment, oks))
+        return slots
+
+    def _counted(self, ok: BoolArray) -> IntArray:
+        """Devices per node, where partitionable devices count no more than their counters allow."""
+        if not self.table.counter_devices:
+            return self._counts(ok)
+        plain = ok.copy()
+        plain[self.table.counter_devices] = False
+        counts = self._counts(plain)
+        left = self.available_counters()
+        groups: dict[tuple[tuple[str, str], str, int], list[int]] = {}
+        for i in self.table.counter_devices:
+            if ok[i]:
+                device = self.table.entries[i][1]
+                first = device.consumes_counters[0].counter_set
+                groups.setdefault((self.table.pool_keys[i], first, int(self.node_of[i])), []).append(i)
+        for (pool, counter_set, node), members in groups.items():
+            if node < 0:
+                continue
+            fit = len(members)
+            available = left.get(pool, {}).get(counter_set, {})
+            for name, have in available.items():
+                least = min(
+                    (
+                        dict(c.counters).get(name, 0)
+                        for i in members
+                        for c in self.table.entries[i][1].consumes_counters
+                        if c.counter_set == counter_set
+                    ),
+                    default=0,
+                )
+                if least > 0:
+                    fit = min(fit, max(have, 0) // least)
+            counts[node] += fit
+        return counts
+
+    def _aligned(self, demand: Demand, alignment: Alignment, oks: list[BoolArray | None]) -> IntArray:
+        """matchAttribute: per node, the sum over values of the pods that value's devices serve
+        (every need of the constraint from devices with that value). distinctAttribute: no pod
+        unless the node offers as many distinct values as one pod takes devices."""
+        n = len(self.nodes)
+        codes, values = self.table.attribute_codes(alignment.attribute)
+        width = max(len(values), 1)
+        per_value: IntArray | None = None
+        taken = 0
+        for j in alignment.needs:
+            need = demand.needs[j]
+            ok = oks[j]
+            if ok is None or need.admin or need.all_devices:
+                continue
+            has = ok & (codes >= 0) & (self.node_of >= 0)
+            flat = np.bincount(self.node_of[has] * width + codes[has], minlength=n * width)[: n * width]
+            grid = flat.reshape(n, width).astype(np.int64)
+            for key, members in self.table.network.items():
+                for i in members:
+                    if ok[i] and codes[i] >= 0:
+                        grid[self.reach[key], codes[i]] += 1
+            taken += need.count
+            if alignment.match:
+                grid = grid // max(need.count, 1)
+                per_value = grid if per_value is None else np.minimum(per_value, grid)
+            else:
+                per_value = grid if per_value is None else per_value + grid
+        if per_value is None:
+            return np.full(n, UNLIMITED, dtype=np.int64)
+        if alignment.match:
+            return np.asarray(per_value.sum(axis=1), dtype=np.int64)
+        distinct = (per_value > 0).sum(axis=1)
+        return np.where(distinct >= taken, UNLIMITED, 0).astype(np.int64)
+
+    # ------------------------------------------------------------------ explaining
+
+    def node_reasons(self, demand: Demand, nodes: IntArray) -> Counter[str]:
+        """Why each of `nodes` serves no pod of `demand`, one reason per node."""
+        out: Counter[str] = Counter()
+        if nodes.size == 0:
+            return out
+        decided = np.zeros(nodes.size, dtype=bool)
+        for need in demand.needs:
+            match = self.match(need)
+            if match is None:
+                out[f"device class {need.device_class} not found"] += int((~decided).sum())
+                return out
+            if need.admin:
+                short = self._counts(match.mask & self.table.usable)[nodes] == 0
+            else:
+                wanted = 1 if need.all_devices else need.count
+                ok = self.usable_for(need, match)
+                short = self._counts(ok)[nodes] < wanted
+                if self.table.tainted:
+                    untainted_short = short.copy()
+                    free = match.mask & self.free
+                    tainted_only = short & (self._counts(free)[nodes] >= wanted) & ~decided
+                    for pos in np.flatnonzero(tainted_only):
+                        taint = self._blocking_taint(need, match, int(nodes[pos]))
+                        if taint is not None:
+                            out[f"devices tainted {taint_text(taint)}"] += 1
+                            decided[pos] = True
+                    short = untainted_short
+            fresh = short & ~decided
+            if fresh.any():
+                out[f"no free device for request {need.request} (class {need.device_class})"] += int(
+                    fresh.sum()
+                )
+                decided |= fresh
+        rest = int((~decided).sum())
+        if rest:
+            what = ", ".join(sorted({a.attribute for a in demand.alignments}))
+            text = f"no devices with a common {what}" if what else "devices in use or partitioned"
+            out[text] += rest
+        return out
+
+    def _blocking_taint(self, need: Need, match: Match, node: int) -> DeviceTaint | None:
+        for i in np.flatnonzero(match.mask & self.free & (self.node_of == node)):
+            device = self.table.entries[int(i)][1]
+            for taint in device.taints:
+                if taint.effect in ("NoSchedule", "NoExecute") and not any(
+                    t.tolerates(taint) for t in need.tolerations
+                ):
+                    return taint
+        return None
+
+    # ------------------------------------------------------------------ exact allocation
+
+    def allocate(self, node: int, claims: Sequence[ClaimToAllocate]) -> list[AllocationResult] | None:
+        """The structured allocator on one node, with every device this cycle took counted as in
+        use. Raises allocator.AllocationError (a class missing, a selector failing, ...)."""
+        allocator = NodeAllocator(
+            node=self.nodes[node],
+            pools=self.table.pools_for(self.nodes[node]),
+            classes=self.classes,
+            in_use=self.in_use,
+            matcher=self.evaluator.matches,
+        )
+        return allocator.allocate(claims)
+
+    def commit(self, results: Iterable[AllocationResult]) -> None:
+        """Devices of `results` are in use from now on."""
+        for result in results:
+            for device in result.devices:
+                if device.admin_access:
+                    continue
+                self.in_use.add(device.device_id)
+                i = self.table.ids.get(device.device_id)
+                if i is not None:
+                    self.free[i] = False
+                    if device.entry.consumes_counters:
+                        self._counters = None
+
+    def release(self, results: Iterable[AllocationResult]) -> None:
+        """Undo `commit` (a verification pass that is thrown away)."""
+        for result in results:
+            for device in result.devices:
+                if device.admin_access:
+                    continue
+                self.in_use.discard(device.device_id)
+                i = self.table.ids.get(device.device_id)
+                if i is not None:
+                    self.free[i] = bool(self.table.usable[i])
+                    if device.entry.consumes_counters:
+                        self._counters = None
