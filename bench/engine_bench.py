@@ -5,9 +5,19 @@ Cases:
              levels (zone > block > rack > host) at 50-90% background load,
              Required block + Preferred rack;
   gang-256   the same with a 256-pod gang;
-  simulate   `gangsched simulate` of 5,000 nodes and 200 gangs read from JSON, end to end.
+  simulate   `gangsched simulate` of 5,000 nodes and 200 gangs read from JSON, end to end;
+  dra-256    DRA: 1,000 nodes (zone > block > rack > host), each with 8 GPU devices and 2 NICs
+             in ResourceSlices, 60% of devices allocated; a 256-pod gang, one GPU claim per pod
+             (from a template), Required block + Preferred rack;
+  dra-64-nic the same cluster; a 64-pod gang, each pod's claim 1 GPU + 1 NIC with matchAttribute
+             on the PCIe root.
 
-Run: python bench/engine_bench.py [--repeat N] [--json]
+The DRA cases time a whole cycle's work for the group (device state, placement, exact
+allocation), warm (selector results cached, as in a running operator), and also print the Go
+oracle's time (hack/dra-oracle: upstream's structured allocator) for the same allocations on the
+same nodes, and for one pod's Filter over every node, as kube-scheduler runs it per pod.
+
+Run: python bench/engine_bench.py [--repeat N] [--json] [--only NAME]
 """
 
 from __future__ import annotations
@@ -26,7 +36,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testing"))  # gangsched_testing
 
-from gangsched.engine import GroupRequest, Snapshot, schedule_groups
+from gangsched.engine import GroupDecision, GroupRequest, Snapshot, schedule_groups
+from gangsched.engine.dra.inventory import DeviceState
 from gangsched.model import (
     Node,
     Pod,
@@ -34,6 +45,7 @@ from gangsched.model import (
     parse_node,
     parse_pod,
 )
+from gangsched_testing import dra
 from gangsched_testing.builders import (
     BLOCK,
     RACK,
@@ -41,6 +53,11 @@ from gangsched_testing.builders import (
     pod_group_manifest,
     pod_manifest,
     topology_node_manifests,
+)
+
+ORACLE = (
+    Path(os.environ.get("GANGSCHED_K8S_BIN", str(Path.home() / ".cache/gangsched/k8s-v1.36.3/bin")))
+    / "dra-oracle"
 )
 
 
@@ -159,18 +176,189 @@ def simulate_case(repeat: int) -> dict[str, Any]:
     }
 
 
+def dra_cluster(seed: int) -> tuple[list[Manifest], list[Manifest]]:
+    """1,000 nodes with 8 GPUs (2 PCIe roots) and 2 NICs each; 60% of all devices allocated,
+    one allocated claim per node."""
+    rng = random.Random(seed)
+    nodes = topology_node_manifests(2, 5, 10, 10, cpu="128", memory="1024Gi", ready=None)
+    names = [n["metadata"]["name"] for n in nodes]
+    objects: list[Manifest] = [dra.gpu_class(), dra.gpu_class(dra.NIC_DRIVER, dra.NIC_DRIVER)]
+    devices = [(name, dra.GPU_DRIVER, f"gpu-{i}") for name in names for i in range(8)]
+    devices += [(name, dra.NIC_DRIVER, f"nic-{i}") for name in names for i in range(2)]
+    taken = set(rng.sample(devices, round(len(devices) * 0.6)))
+    for name in names:
+        objects.append(dra.node_slice(name, dra.gpus(8, roots=2)))
+        objects.append(dra.node_slice(name, dra.nics(2), driver=dra.NIC_DRIVER))
+        mine = [("r", d, name, dev) for (n, d, dev) in devices if n == name and (n, d, dev) in taken]
+        if mine:
+            objects.append(dra.claim("load", f"load-{name}", allocated=mine, node=name))
+    return nodes, objects
+
+
+def dra_case(pods: int, with_nic: bool, repeat: int) -> dict[str, Any]:
+    nodes_raw, dra_raw = dra_cluster(seed=3)
+    nodes = [parse_node(o) for o in nodes_raw]
+    if with_nic:
+        template = dra.claim_template(
+            "bench",
+            "gpu-nic",
+            dra.request("gpu", dra.GPU_DRIVER),
+            dra.request("nic", dra.NIC_DRIVER),
+            constraints=[dra.match_attribute()],
+        )
+    else:
+        template = dra.claim_template("bench", "gpu-nic", dra.request("gpu", dra.GPU_DRIVER))
+    members = [
+        parse_pod(dra.pod_claims(pod_obj(f"w-{i}", cpu="8", gpu=0, group="g"), {"dev": "template:gpu-nic"}))
+        for i in range(pods)
+    ]
+    objects = dra.dra_objects([*dra_raw, template], members)
+    group = GroupRequest(
+        namespace="bench",
+        name="g",
+        min_count=pods,
+        is_gang=True,
+        topology=(TopologyConstraint(key=BLOCK), TopologyConstraint(key=RACK, mode="Preferred")),
+        pending=members,
+    )
+    base = Snapshot(nodes, [])
+    times = []
+    decision = None
+    for run in range(repeat + 1):
+        snap = Snapshot(nodes, [])
+        t0 = time.perf_counter()
+        devices = DeviceState(objects, snap.nodes, snap.index)
+        decisions, _ = schedule_groups(snap, [group], devices=devices)
+        elapsed = (time.perf_counter() - t0) * 1000
+        if run == 0:
+            cold = elapsed
+        else:
+            times.append(elapsed)
+        decision = decisions[0]
+    assert decision is not None
+    assert decision.scheduled, decision
+    row: dict[str, Any] = {
+        "case": f"dra-{pods}" + ("-gpu-nic" if with_nic else ""),
+        "nodes": len(base.nodes),
+        "pods": pods,
+        "median_ms": round(statistics.median(times), 2),
+        "p90_ms": round(sorted(times)[int(len(times) * 0.9) - 1], 2),
+        "cold_ms": round(cold, 1),
+        "placed_in": decision.domain,
+        "nodes_used": len(set(decision.assignments.values())),
+    }
+    row.update(oracle_times(nodes_raw, dra_raw, decision, with_nic))
+    return row
+
+
+def oracle_times(
+    nodes_raw: list[Manifest], dra_raw: list[Manifest], decision: GroupDecision, with_nic: bool
+) -> dict[str, Any]:
+    """Upstream's allocator on the same nodes for the same pods (one Allocate per pod, warm),
+    and one pod's Filter over every node (what kube-scheduler runs for each pod)."""
+    if not ORACLE.exists():
+        return {"oracle": "not built (make dra-oracle)"}
+    classes = [o for o in dra_raw if o["kind"] == "DeviceClass"]
+    slices_of: dict[str, list[Manifest]] = {}
+    claims_of: dict[str, list[Manifest]] = {}
+    for obj in dra_raw:
+        if obj["kind"] == "ResourceSlice":
+            slices_of.setdefault(obj["spec"]["nodeName"], []).append(obj)
+        elif obj["kind"] == "ResourceClaim":
+            claims_of.setdefault(obj["metadata"]["name"].removeprefix("load-"), []).append(obj)
+    pod_claim_spec = dra.claim_spec(
+        dra.request("gpu", dra.GPU_DRIVER),
+        *([dra.request("nic", dra.NIC_DRIVER)] if with_nic else []),
+        constraints=[dra.match_attribute()] if with_nic else [],
+    )
+    by_node: dict[str, list[str]] = {}
+    for pod, node in decision.assignments.items():
+        by_node.setdefault(node, []).append(pod[1])
+    node_obj = {n["metadata"]["name"]: n for n in nodes_raw}
+    batch = []
+    for node, pods in by_node.items():
+        allocated = list(claims_of.get(node, []))
+        for pod in sorted(pods):
+            name = f"{pod}-dev"
+            batch.append(
+                {
+                    "mode": "allocate",
+                    "node": node_obj[node],
+                    "deviceClasses": classes,
+                    "resourceSlices": slices_of[node],
+                    "allocatedClaims": list(allocated),
+                    "claims": [{"metadata": {"name": name, "namespace": "bench"}, "spec": pod_claim_spec}],
+                    "repeat": 3,
+                }
+            )
+            # The next pod on this node sees this one's devices as allocated.
+            results = [
+                {"request": d.request, "driver": d.driver, "pool": d.pool, "device": d.device}
+                for d in decision.devices[("bench", pod)]
+            ]
+            allocated.append(
+                {"metadata": {"name": name}, "status": {"allocation": {"devices": {"results": results}}}}
+            )
+    filter_batch = [
+        {
+            "mode": "allocate",
+            "node": node_obj[node],
+            "deviceClasses": classes,
+            "resourceSlices": slices_of[node],
+            "allocatedClaims": claims_of.get(node, []),
+            "claims": [{"metadata": {"name": "probe", "namespace": "bench"}, "spec": pod_claim_spec}],
+            "repeat": 3,
+        }
+        for node in node_obj
+    ]
+    answers = _oracle(batch)
+    same_us = sum(min(a["elapsedMicrosRuns"][1:]) for a in answers)
+    agree = sum(
+        1
+        for request, answer in zip(batch, answers, strict=True)
+        if answer.get("allocations")
+        and {r["device"] for r in answer["allocations"][0]["devices"]["results"]}
+        == {
+            d.device
+            for d in decision.devices[
+                ("bench", request["claims"][0]["metadata"]["name"].removesuffix("-dev"))
+            ]
+        }
+    )
+    filter_us = sum(min(a["elapsedMicrosRuns"][1:]) for a in _oracle(filter_batch))
+    return {
+        "oracle_same_allocations_ms": round(same_us / 1000, 2),
+        "oracle_same_devices": f"{agree}/{len(batch)}",
+        "oracle_filter_one_pod_all_nodes_ms": round(filter_us / 1000, 2),
+    }
+
+
+def _oracle(batch: list[Manifest]) -> list[dict[str, Any]]:
+    out = subprocess.run(
+        [str(ORACLE)], input=json.dumps({"batch": batch}), capture_output=True, text=True, check=True
+    )
+    answers: list[dict[str, Any]] = json.loads(out.stdout)["batch"]
+    for answer in answers:
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+    return answers
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--only", choices=["gang", "simulate", "dra"], help="run one family of cases")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the target says
-    results = [
-        placement_case(1000, args.repeat),
-        placement_case(256, args.repeat),
-        simulate_case(max(1, args.repeat // 10)),
-    ]
+    results = []
+    if args.only in (None, "gang"):
+        results += [placement_case(1000, args.repeat), placement_case(256, args.repeat)]
+    if args.only in (None, "simulate"):
+        results.append(simulate_case(max(1, args.repeat // 10)))
+    if args.only in (None, "dra"):
+        results += [dra_case(256, False, args.repeat), dra_case(64, True, args.repeat)]
     if args.json:
         print(json.dumps(results, indent=2))
     else:

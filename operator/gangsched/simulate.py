@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,24 +68,31 @@ class Inputs:
         controller would make it (named <pod>-<claim>); None without any DRA object."""
         if not (self.device_classes or self.resource_slices or self.claims or self.claim_templates):
             return None
-        claims = {c.key: c for c in self.claims}
-        templates = {t.key: t for t in self.claim_templates}
-        for pod in self.pods:
-            for entry in pod.claims:
-                if entry.template_name is None or pod.claim_statuses.get(entry.name):
-                    continue
-                template = templates.get((pod.namespace, entry.template_name))
-                if template is None:
-                    continue  # the engine says the pod waits for its claim
-                name = f"{pod.name}-{entry.name}"
-                pod.claim_statuses[entry.name] = name
-                claims.setdefault(
-                    (pod.namespace, name),
-                    ResourceClaim(namespace=pod.namespace, name=name, uid="", spec=template.spec),
-                )
+        claims = claims_from_templates(self.pods, self.claim_templates, self.claims)
         return DraObjects(
             classes={c.name: c for c in self.device_classes}, slices=self.resource_slices, claims=claims
         )
+
+
+def claims_from_templates(
+    pods: Iterable[Pod], templates: Iterable[ResourceClaimTemplate], claims: Iterable[ResourceClaim]
+) -> dict[tuple[str, str], ResourceClaim]:
+    """`claims`, plus one per pod and template entry, named <pod>-<entry>, as the resourceclaim
+    controller makes them (it adds a random suffix); the pod's resourceClaimStatuses name it.
+    A template that does not exist makes no claim: the engine says the pod waits for it."""
+    out = {c.key: c for c in claims}
+    by_key = {t.key: t for t in templates}
+    for pod in pods:
+        for entry in pod.claims:
+            if entry.template_name is None or pod.claim_statuses.get(entry.name):
+                continue
+            template = by_key.get((pod.namespace, entry.template_name))
+            if template is None:
+                continue
+            name = f"{pod.name}-{entry.name}"
+            pod.claim_statuses[entry.name] = name
+            out.setdefault((pod.namespace, name), ResourceClaim(pod.namespace, name, "", template.spec))
+    return out
 
 
 def _files(paths: Sequence[Path]) -> Iterator[Path]:

@@ -52,6 +52,8 @@ class DeviceToleration:
     operator: str = "Equal"
     value: str = ""
     effect: str = ""
+    # Not used for allocation, but copied into allocation results as upstream does.
+    toleration_seconds: int | None = None
 
     def tolerates(self, taint: DeviceTaint) -> bool:
         """resourceclaim.ToleratesTaint: effect (if set) must match, then key/operator/value."""
@@ -288,6 +290,9 @@ def _toleration(value: Any, where: str) -> DeviceToleration:
         operator=operator,
         value=str(item.get("value") or ""),
         effect=str(item.get("effect") or ""),
+        toleration_seconds=int(item["tolerationSeconds"])
+        if item.get("tolerationSeconds") is not None
+        else None,
     )
 
 

@@ -129,6 +129,8 @@ def _toleration_json(t: DeviceToleration) -> dict[str, Any]:
         out["value"] = t.value
     if t.effect:
         out["effect"] = t.effect
+    if t.toleration_seconds is not None:
+        out["tolerationSeconds"] = t.toleration_seconds
     return out
 
 
