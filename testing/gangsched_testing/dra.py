@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gangsched.engine import DraObjects
-from gangsched.model import Pod
+from gangsched.model import Pod, parse_pod
 from gangsched.model.dra import (
     DRA_GROUP,
     DRA_VERSION,
@@ -30,6 +30,7 @@ from gangsched.model.dra import (
     parse_resource_slice,
 )
 from gangsched.simulate import claims_from_templates
+from gangsched_testing.builders import pod_manifest
 
 Manifest = dict[str, Any]
 API_VERSION = f"{DRA_GROUP}/{DRA_VERSION}"
@@ -260,3 +261,15 @@ def dra_objects(manifests: Iterable[Manifest], pods: Iterable[Pod] = ()) -> DraO
             raise ValueError(f"not a DRA object: {kind}")
     all_claims = claims_from_templates(pods, templates.values(), claims.values())
     return DraObjects(classes=classes, slices=slices, claims=all_claims)
+
+
+def claim_pod(name: str, group: str | None, claims: Mapping[str, str], **options: Any) -> Pod:
+    """A parsed pod (no GPUs in its requests) with `claims` as for :func:`pod_claims`."""
+    manifest = pod_manifest(name, group, **{"image": None, "gpu_limit": False, **options})
+    return parse_pod(pod_claims(manifest, claims))
+
+
+def claim_pods(
+    prefix: str, count: int, group: str | None, claims: Mapping[str, str], **options: Any
+) -> list[Pod]:
+    return [claim_pod(f"{prefix}-{i}", group, claims, **options) for i in range(count)]

@@ -26,7 +26,7 @@ import numpy as np
 
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.dra.allocator import AllocationError, AllocationResult
-from gangsched.engine.dra.claims import ClaimKey, GroupClaims, resolve, selector_terms
+from gangsched.engine.dra.claims import ClaimKey, ClaimUse, GroupClaims, resolve, selector_terms
 from gangsched.engine.dra.inventory import Demand, DeviceState
 from gangsched.engine.explain import explain, explain_best
 from gangsched.engine.fill import Attempt
@@ -327,28 +327,46 @@ def _allocate_own(
     devices: GroupDevices, cap: GroupCapacity, assignment: list[tuple[Pod, int, int]]
 ) -> dict[tuple[str, str], dict[ClaimKey, AllocationResult]] | None:
     """Exact devices for every placed pod's own claims, node by node; None (and the counts
-    corrected) when some node serves fewer pods than counted."""
+    corrected) when some node serves fewer pods than counted.
+
+    A node's pods are allocated in one allocator call, so its search backtracks across them
+    (pod 1 takes the A100 so that pod 2 can have the only H100). When that fails, pods are
+    allocated one by one to learn how many of each kind the node really serves."""
     claims, state = devices.claims, devices.state
     done: dict[tuple[str, str], dict[ClaimKey, AllocationResult]] = {}
     taken: list[AllocationResult] = []
-    served: Counter[tuple[DeviceKey, int]] = Counter()
-    short: set[tuple[DeviceKey, int]] = set()
+    by_node: dict[int, list[tuple[Pod, DeviceKey, list[ClaimUse]]]] = defaultdict(list)
     for pod, node, k in sorted(assignment, key=lambda row: (row[1], row[2], row[0].name)):
         key = cap.classes[k].device_key
         own = claims.own(pod)
-        if not own or not isinstance(key, DeviceKey):
+        if own and isinstance(key, DeviceKey):
+            by_node[node].append((pod, key, own))
+    short = False
+    for node, members in by_node.items():
+        requests = [claims.to_allocate(u.key, devices.variant) for _, _, own in members for u in own]
+        result = state.allocate(node, requests)
+        if result is not None:
+            state.commit(result)
+            taken.extend(result)
+            results = iter(result)
+            for pod, _, own in members:
+                done[pod.key] = {u.key: next(results) for u in own}
             continue
-        if (key, node) in short:
-            continue
-        result = state.allocate(node, [claims.to_allocate(u.key, devices.variant) for u in own])
-        if result is None:
-            short.add((key, node))
-            devices.exact[key][node] = served[(key, node)]
-            continue
-        state.commit(result)
-        taken.extend(result)
-        served[(key, node)] += 1
-        done[pod.key] = {u.key: r for u, r in zip(own, result, strict=True)}
+        short = True
+        served: Counter[DeviceKey] = Counter()
+        failed: set[DeviceKey] = set()
+        for _, key, own in members:
+            if key in failed:
+                continue
+            one = state.allocate(node, [claims.to_allocate(u.key, devices.variant) for u in own])
+            if one is None:
+                failed.add(key)
+                continue
+            state.commit(one)
+            taken.extend(one)
+            served[key] += 1
+        for key in failed or {key for _, key, _ in members}:
+            devices.exact[key][node] = served[key]
     if short:
         state.release(taken)
         return None

@@ -326,21 +326,20 @@ def engine() -> DraCel:
         return _ENGINE
 
 
-DeviceKey = tuple[str, str, str, str, str]  # driver, pool, slice, slice resourceVersion/generation, device
-
-
 class SelectorEvaluator:
     """Matches devices against selectors, remembering every answer per (expression, device).
 
-    A device is identified by its slice's version, so a republished slice is evaluated anew.
+    A device is identified by its parsed object: a republished slice is parsed anew, so its
+    devices are evaluated anew, and two simulations that reuse names never share answers.
+    Each answer keeps its device alive, so an id is never reused while it is remembered.
     Answers (and runtime errors) are kept across scheduling cycles, bounded by `max_results`;
     the CEL inputs (`DeviceInput`) belong to the thread that built them and are dropped with
     `new_cycle()`, which the engine calls at the start of each cycle on its worker thread.
     """
 
     def __init__(self, max_results: int = 1_000_000) -> None:
-        self._results: dict[tuple[str, DeviceKey], bool | CelRuntimeError | CelCompileError] = {}
-        self._inputs: dict[DeviceKey, DeviceInput] = {}
+        self._results: dict[tuple[str, int], tuple[Device, bool | CelRuntimeError | CelCompileError]] = {}
+        self._inputs: dict[int, tuple[Device, DeviceInput]] = {}
         self._max_results = max_results
 
     def new_cycle(self) -> None:
@@ -350,17 +349,11 @@ class SelectorEvaluator:
 
     def matches(self, expression: str, driver: str, device: Device, slice_: ResourceSlice) -> bool:
         """Whether `device` matches; raises allocator.CelError for a selector that fails."""
-        key: DeviceKey = (
-            driver,
-            slice_.pool,
-            slice_.name,
-            slice_.resource_version or str(slice_.generation),
-            device.name,
-        )
-        result = self._results.get((expression, key))
-        if result is None:
-            result = self._evaluate(expression, driver, device, key)
-            self._results[(expression, key)] = result
+        cached = self._results.get((expression, id(device)))
+        if cached is None:
+            cached = (device, self._evaluate(expression, driver, device))
+            self._results[(expression, id(device))] = cached
+        result = cached[1]
         if isinstance(result, CelCompileError):
             raise CelError(result.message, compile_error=True)
         if isinstance(result, CelRuntimeError):
@@ -368,21 +361,21 @@ class SelectorEvaluator:
         return result
 
     def _evaluate(
-        self, expression: str, driver: str, device: Device, key: DeviceKey
+        self, expression: str, driver: str, device: Device
     ) -> bool | CelRuntimeError | CelCompileError:
         cel_engine = engine()
         try:
             selector = cel_engine.compile(expression)
         except CelCompileError as exc:
             return exc
-        device_input = self._inputs.get(key)
-        if device_input is None:
+        held = self._inputs.get(id(device))
+        if held is None:
             try:
-                device_input = cel_engine.device_input(device_json(driver, device))
+                held = (device, cel_engine.device_input(device_json(driver, device)))
             except k.CelFunctionError as exc:  # a version attribute that is not semver
                 return CelRuntimeError(expression, str(exc))
-            self._inputs[key] = device_input
+            self._inputs[id(device)] = held
         try:
-            return selector.matches(device_input)
+            return selector.matches(held[1])
         except CelRuntimeError as exc:
             return exc

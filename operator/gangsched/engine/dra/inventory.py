@@ -265,14 +265,15 @@ def _renamed(match: Match, class_name: str, claim: str) -> Match:
     )
 
 
-_TABLES: dict[tuple[tuple[str, str, str], ...], DeviceTable] = {}
+_TABLES: dict[tuple[int, ...], DeviceTable] = {}
 _EVALUATOR = SelectorEvaluator()
 
 
 def device_table(slices: Sequence[ResourceSlice]) -> DeviceTable:
     """The table for these slices, reused while none of them changes (two kept: the operator's
-    current inventory and a simulation's)."""
-    key = tuple((s.name, s.resource_version, str(s.generation)) for s in slices)
+    current inventory and a simulation's). Slices are known by their parsed objects, which the
+    table keeps alive: an updated slice is a new object, and an id is never reused meanwhile."""
+    key = tuple(id(s) for s in slices)
     table = _TABLES.get(key)
     if table is None:
         if len(_TABLES) >= 2:

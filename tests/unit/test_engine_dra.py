@@ -1,0 +1,441 @@
+"""Devices (DRA) in the engine: one test per rule. Cluster objects come from gangsched_testing.dra."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gangsched.engine import CycleResult, GroupDecision, schedule_cycle
+from gangsched.engine.types import PodDevice
+from gangsched.model import Node, Pod, PodGroup
+from gangsched_testing import dra
+from gangsched_testing.builders import RACK, node, pod, pod_group, topology_nodes
+
+H100 = 'device.attributes["gpu.example.com"].model == "H100"'
+A100 = 'device.attributes["gpu.example.com"].model == "A100"'
+ECC = {"key": "gpu.example.com/ecc", "effect": "NoSchedule"}
+
+
+def run(
+    nodes: Sequence[Node], pods: Sequence[Pod], groups: Sequence[PodGroup], objects: Sequence[dict[str, Any]]
+) -> CycleResult:
+    return schedule_cycle(nodes=nodes, pods=pods, pod_groups=groups, dra=dra.dra_objects(objects, pods))
+
+
+def decision(result: CycleResult, name: str) -> GroupDecision:
+    return next(d for d in result.decisions if d.name == name)
+
+
+def devices(result: CycleResult, pod_name: str) -> list[PodDevice]:
+    for d in result.decisions:
+        for key, found in d.devices.items():
+            if key[1] == pod_name:
+                return found
+    return []
+
+
+def device_ids(result: CycleResult) -> list[tuple[str, str, str]]:
+    return [
+        (d.driver, d.pool, d.device) for dec in result.decisions for ds in dec.devices.values() for d in ds
+    ]
+
+
+def bare(name: str, **options: Any) -> Node:
+    """A node with cpu and memory but no extended GPUs: its devices come from slices."""
+    return node(name, gpu=0, **options)
+
+
+ONE_GPU = dra.claim_template("ml", "one-gpu", dra.request("gpu"))
+
+
+# --------------------------------------------------------------------------- basics
+
+
+def test_one_gpu_claim_per_pod_from_a_template() -> None:
+    nodes = [bare("a"), bare("b")]
+    objects = [dra.gpu_class(), dra.node_slice("a", dra.gpus(2)), dra.node_slice("b", dra.gpus(2)), ONE_GPU]
+    members = dra.claim_pods("w", 4, "g", {"gpu": "template:one-gpu"})
+    result = run(nodes, members, [pod_group("g", 4)], objects)
+    d = decision(result, "g")
+    assert d.scheduled, d.message
+    assert sorted(d.assignments.values()) == ["a", "a", "b", "b"]
+    ids = device_ids(result)
+    assert len(ids) == len(set(ids)) == 4
+    for member in members:
+        [dev] = devices(result, member.name)
+        assert (dev.claim, dev.request, dev.pool) == ("gpu", "gpu", d.assignments[member.key])
+    # One allocation per generated claim, bound to the node it is on.
+    assert sorted(d.allocations) == [("ml", f"w-{i}-gpu") for i in range(4)]
+    for (_, claim_name), allocation in d.allocations.items():
+        node_name = d.assignments[("ml", claim_name.removesuffix("-gpu"))]
+        assert allocation.node_selector == {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+            ]
+        }
+
+
+def test_devices_are_not_handed_out_twice_in_one_cycle() -> None:
+    nodes = [bare("a")]
+    objects = [dra.gpu_class(), dra.node_slice("a", dra.gpus(3)), ONE_GPU]
+    first = dra.claim_pods("f", 2, "first", {"gpu": "template:one-gpu"})
+    second = dra.claim_pods("s", 2, "second", {"gpu": "template:one-gpu"})
+    groups = [pod_group("first", 2, created="2025-01-01T00:00:00Z"), pod_group("second", 2)]
+    result = run(nodes, first + second, groups, objects)
+    assert decision(result, "first").scheduled
+    late = decision(result, "second")
+    assert not late.scheduled
+    assert (
+        late.message
+        == "1/1 nodes eligible for 2 pods; cluster fits 1/2 (limited by devices of class gpu.example.com)"
+    )
+    assert late.assignments == {}
+    assert late.allocations == {}
+
+
+def test_allocated_claims_hold_their_devices() -> None:
+    nodes = [bare("a")]
+    held = dra.claim("other", "held", allocated=[("gpu", dra.GPU_DRIVER, "a", "gpu-0")], node="a")
+    objects = [dra.gpu_class(), dra.node_slice("a", dra.gpus(2)), ONE_GPU, held]
+    result = run(
+        nodes, dra.claim_pods("w", 1, "g", {"gpu": "template:one-gpu"}), [pod_group("g", 1)], objects
+    )
+    assert [d.device for d in devices(result, "w-0")] == ["gpu-1"]
+
+
+def test_pods_without_claims_are_placed_as_before() -> None:
+    nodes = [node("a", gpu=8)]
+    plain = [pod("p", "g", gpu=4)]
+    with_dra = run(nodes, plain, [pod_group("g", 1)], [dra.gpu_class(), dra.node_slice("a", dra.gpus(2))])
+    without = schedule_cycle(nodes=nodes, pods=plain, pod_groups=[pod_group("g", 1)])
+    assert decision(with_dra, "g").assignments == decision(without, "g").assignments == {("ml", "p"): "a"}
+    assert decision(with_dra, "g").message == decision(without, "g").message
+
+
+# --------------------------------------------------------------------------- topology and devices together
+
+
+def test_a_rack_whose_devices_cannot_serve_the_gang_is_not_chosen() -> None:
+    # Rack r0 has plenty of cpu but 2 free GPUs; rack r1 holds the 4 the gang needs.
+    nodes = topology_nodes(1, 1, 2, 2, gpu=0)
+    r0 = [n.name for n in nodes if n.labels[RACK].endswith("r0")]
+    r1 = [n.name for n in nodes if n.labels[RACK].endswith("r1")]
+    objects = [dra.gpu_class(), ONE_GPU]
+    objects += [dra.node_slice(name, dra.gpus(1)) for name in r0]
+    objects += [dra.node_slice(name, dra.gpus(2)) for name in r1]
+    group = pod_group("g", 4, topology=[RACK])
+    result = run(nodes, dra.claim_pods("w", 4, "g", {"gpu": "template:one-gpu"}), [group], objects)
+    d = decision(result, "g")
+    assert d.scheduled, d.message
+    assert set(d.assignments.values()) == set(r1)
+
+
+def test_explanation_names_device_reasons_and_the_best_domain() -> None:
+    nodes = [*topology_nodes(1, 1, 2, 2, gpu=0), bare("fat", cpu="1")]
+    names = [n.name for n in nodes[:4]]
+    objects = [dra.gpu_class(), ONE_GPU, dra.node_slice("fat", dra.gpus(8))]
+    objects += [dra.node_slice(names[0], dra.gpus(2)), dra.node_slice(names[1], dra.gpus(2))]
+    objects += [dra.node_slice(names[2], [dra.device("gpu-0", taints=[ECC])])]
+    objects += [dra.node_slice(names[3], [])]
+    group = pod_group("g", 8, topology=[RACK])
+    result = run(nodes, dra.claim_pods("w", 8, "g", {"gpu": "template:one-gpu"}, cpu="2"), [group], objects)
+    message = decision(result, "g").message
+    assert message.startswith("2/5 nodes eligible for 8 pods: "), message
+    assert "1 no free device for request gpu (class gpu.example.com)" in message
+    assert "1 devices tainted gpu.example.com/ecc=NoSchedule" in message
+    assert "1 missing label" in message or "Insufficient cpu" in message
+    assert "fits 4/8 (limited by devices of class gpu.example.com)" in message
+
+
+# --------------------------------------------------------------------------- firstAvailable
+
+
+def fallback_objects(h100_free: int) -> list[dict[str, Any]]:
+    h100 = [dra.device(f"h-{i}", {"model": "H100"}) for i in range(4)]
+    a100 = [dra.device(f"a-{i}", {"model": "A100"}) for i in range(4)]
+    held = [("gpu", dra.GPU_DRIVER, "a", f"h-{i}") for i in range(4 - h100_free)]
+    template = dra.claim_template(
+        "ml",
+        "h100-or-a100",
+        dra.first_available(
+            "gpu", dra.request("h100", selectors=[H100]), dra.request("a100", selectors=[A100])
+        ),
+    )
+    out = [dra.gpu_class(), dra.node_slice("a", h100), dra.node_slice("b", a100), template]
+    if held:
+        out.append(dra.claim("other", "held", allocated=held, node="a"))
+    return out
+
+
+def test_first_available_prefers_the_first_alternative_for_the_whole_gang() -> None:
+    members = dra.claim_pods("w", 3, "g", {"gpu": "template:h100-or-a100"})
+    result = run([bare("a"), bare("b")], members, [pod_group("g", 3)], fallback_objects(h100_free=4))
+    d = decision(result, "g")
+    assert d.scheduled
+    assert set(d.assignments.values()) == {"a"}
+    assert {x.request for m in members for x in devices(result, m.name)} == {"gpu/h100"}
+    assert d.message.endswith("; devices: gpu/h100")
+
+
+def test_first_available_falls_back_as_a_whole_gang() -> None:
+    # 2 H100 free, 3 pods: never 2 on H100 and 1 on A100.
+    members = dra.claim_pods("w", 3, "g", {"gpu": "template:h100-or-a100"})
+    result = run([bare("a"), bare("b")], members, [pod_group("g", 3)], fallback_objects(h100_free=2))
+    d = decision(result, "g")
+    assert d.scheduled
+    assert set(d.assignments.values()) == {"b"}
+    assert {x.request for m in members for x in devices(result, m.name)} == {"gpu/a100"}
+    assert d.message.endswith("; devices: gpu/a100")
+
+
+def test_no_alternative_fits_says_so_for_each() -> None:
+    members = dra.claim_pods("w", 6, "g", {"gpu": "template:h100-or-a100"})
+    result = run([bare("a"), bare("b")], members, [pod_group("g", 6)], fallback_objects(h100_free=2))
+    d = decision(result, "g")
+    assert not d.scheduled
+    assert d.message.startswith("with gpu/h100: ")
+    assert "; with gpu/a100: " in d.message
+
+
+# --------------------------------------------------------------------------- constraints, counters, taints
+
+
+def test_match_attribute_aligns_gpu_and_nic_on_one_pcie_root() -> None:
+    # Node a: free GPUs on pci0, the free NIC on pci1; node b: everything free.
+    objects = [
+        dra.gpu_class(),
+        dra.gpu_class(dra.NIC_DRIVER, dra.NIC_DRIVER),
+        dra.node_slice("a", dra.gpus(4, roots=2)),
+        dra.node_slice("a", dra.nics(2), driver=dra.NIC_DRIVER),
+        dra.node_slice("b", dra.gpus(4, roots=2)),
+        dra.node_slice("b", dra.nics(2), driver=dra.NIC_DRIVER),
+        dra.claim(
+            "other",
+            "held",
+            allocated=[
+                ("gpu", dra.GPU_DRIVER, "a", "gpu-2"),
+                ("gpu", dra.GPU_DRIVER, "a", "gpu-3"),
+                ("nic", dra.NIC_DRIVER, "a", "nic-0"),
+            ],
+            node="a",
+        ),
+        dra.claim_template(
+            "ml",
+            "gpu-nic",
+            dra.request("gpu"),
+            dra.request("nic", dra.NIC_DRIVER),
+            constraints=[dra.match_attribute()],
+        ),
+    ]
+    members = dra.claim_pods("w", 2, "g", {"dev": "template:gpu-nic"})
+    result = run([bare("a"), bare("b")], members, [pod_group("g", 2)], objects)
+    d = decision(result, "g")
+    assert d.scheduled, d.message
+    assert set(d.assignments.values()) == {"b"}
+    for member in members:
+        got = {x.driver: x.device for x in devices(result, member.name)}
+        gpu_root = int(got[dra.GPU_DRIVER].split("-")[1]) // 2
+        assert got[dra.NIC_DRIVER] == f"nic-{gpu_root}"
+
+
+def test_partitionable_devices_never_hand_out_a_gpu_and_its_slices() -> None:
+    counters = {"gpu-0": {"slices": "4"}}
+    whole = dra.device("gpu-0", {"kind": "whole"}, consumes={"gpu-0": {"slices": "4"}})
+    parts = [dra.device(f"mig-{i}", {"kind": "mig"}, consumes={"gpu-0": {"slices": "1"}}) for i in range(4)]
+    objects = [
+        dra.gpu_class(),
+        dra.node_slice("a", counters=counters, slice_count=2),
+        dra.node_slice("a", [whole, *parts], slice_count=2),
+        dra.claim_template(
+            "ml", "mig", dra.request("mig", selectors=['device.attributes["gpu.example.com"].kind == "mig"'])
+        ),
+        dra.claim_template(
+            "ml",
+            "whole",
+            dra.request("gpu", selectors=['device.attributes["gpu.example.com"].kind == "whole"']),
+        ),
+    ]
+    migs = dra.claim_pods("m", 1, "slices", {"gpu": "template:mig"})
+    full = dra.claim_pods("f", 1, "full", {"gpu": "template:whole"})
+    groups = [pod_group("slices", 1, created="2025-01-01T00:00:00Z"), pod_group("full", 1)]
+    result = run([bare("a")], migs + full, groups, objects)
+    assert decision(result, "slices").scheduled
+    assert not decision(result, "full").scheduled
+    # With only the whole GPU asked for, it is free.
+    alone = run([bare("a")], dra.claim_pods("f", 1, "full", {"gpu": "template:whole"}), [groups[1]], objects)
+    assert decision(alone, "full").scheduled
+    # Four slices fit, a fifth does not (the counter set holds 4).
+    five = dra.claim_pods("m", 5, "slices", {"gpu": "template:mig"})
+    result = run([bare("a")], five, [pod_group("slices", 4)], objects)
+    d = decision(result, "slices")
+    assert d.scheduled
+    assert len(d.assignments) == 4
+
+
+def test_tainted_devices_need_a_toleration() -> None:
+    objects = [
+        dra.gpu_class(),
+        dra.node_slice("a", [dra.device("gpu-0", taints=[ECC])]),
+        ONE_GPU,
+        dra.claim_template(
+            "ml",
+            "tolerant",
+            dra.request("gpu", tolerations=[{"key": "gpu.example.com/ecc", "operator": "Exists"}]),
+        ),
+    ]
+    plain = run(
+        [bare("a")], dra.claim_pods("p", 1, "g", {"gpu": "template:one-gpu"}), [pod_group("g", 1)], objects
+    )
+    assert not decision(plain, "g").scheduled
+    assert "1 devices tainted gpu.example.com/ecc=NoSchedule" in decision(plain, "g").message
+    tolerant = dra.claim_pods("t", 1, "g", {"gpu": "template:tolerant"})
+    assert decision(run([bare("a")], tolerant, [pod_group("g", 1)], objects), "g").scheduled
+
+
+def test_admin_access_does_not_need_or_take_a_free_device() -> None:
+    held = dra.claim("other", "held", allocated=[("gpu", dra.GPU_DRIVER, "a", "gpu-0")], node="a")
+    admin = dra.claim_template("ml", "monitor", dra.request("gpu", admin=True))
+    objects = [dra.gpu_class(), dra.node_slice("a", dra.gpus(1)), held, admin]
+    members = dra.claim_pods("mon", 2, "g", {"gpu": "template:monitor"})
+    result = run([bare("a")], members, [pod_group("g", 2)], objects)
+    assert decision(result, "g").scheduled
+    assert [x.device for m in members for x in devices(result, m.name)] == ["gpu-0", "gpu-0"]
+
+
+def test_all_mode_takes_every_device_or_none() -> None:
+    every = dra.claim_template("ml", "all", dra.request("gpu", all_devices=True))
+    objects = [dra.gpu_class(), dra.node_slice("a", dra.gpus(3)), dra.node_slice("b", dra.gpus(2)), every]
+    held = dra.claim("other", "held", allocated=[("gpu", dra.GPU_DRIVER, "a", "gpu-1")], node="a")
+    result = run(
+        [bare("a"), bare("b")],
+        dra.claim_pods("w", 1, "g", {"gpu": "template:all"}),
+        [pod_group("g", 1)],
+        [*objects, held],
+    )
+    d = decision(result, "g")
+    assert d.assignments == {("ml", "w-0"): "b"}
+    assert sorted(x.device for x in devices(result, "w-0")) == ["gpu-0", "gpu-1"]
+
+
+def test_count_beyond_the_32_device_limit_is_reported() -> None:
+    big = dra.claim_template("ml", "big", dra.request("gpu", count=33))
+    objects = [dra.gpu_class(), dra.node_slice("a", dra.gpus(40)), big]
+    result = run(
+        [bare("a")], dra.claim_pods("w", 1, "g", {"gpu": "template:big"}), [pod_group("g", 1)], objects
+    )
+    message = decision(result, "g").message
+    assert not decision(result, "g").scheduled
+    assert "exceeds the claim limit of 32" in message
+
+
+def test_a_loose_count_is_corrected_by_the_exact_allocation() -> None:
+    # One claim, two requests: any GPU, and an H100. Node a has one H100 only: counted per
+    # request it serves a pod, really none. Node b has an A100 and an H100.
+    spec = dra.claim_template("ml", "two", dra.request("any"), dra.request("h100", selectors=[H100]))
+    objects = [
+        dra.gpu_class(),
+        dra.node_slice("a", [dra.device("g-0", {"model": "H100"})]),
+        dra.node_slice("b", [dra.device("g-0", {"model": "H100"}), dra.device("g-1", {"model": "A100"})]),
+        spec,
+    ]
+    result = run(
+        [bare("a"), bare("b")],
+        dra.claim_pods("w", 1, "g", {"gpu": "template:two"}),
+        [pod_group("g", 1)],
+        objects,
+    )
+    d = decision(result, "g")
+    assert d.assignments == {("ml", "w-0"): "b"}, d.message
+    got = {x.request: x.device for x in devices(result, "w-0")}
+    assert got == {"any": "g-1", "h100": "g-0"}  # the allocator backtracks: "any" leaves the H100
+
+
+# --------------------------------------------------------------------------- claims shared and allocated
+
+
+def test_a_shared_claim_is_allocated_once_and_binds_every_user() -> None:
+    shared = dra.claim("ml", "pair-gpu", dra.request("gpu"))
+    objects = [dra.gpu_class(), dra.node_slice("a", dra.gpus(1)), dra.node_slice("b", dra.gpus(1)), shared]
+    members = dra.claim_pods("w", 2, "g", {"gpu": "pair-gpu"})
+    result = run([bare("a"), bare("b")], members, [pod_group("g", 2)], objects)
+    d = decision(result, "g")
+    assert d.scheduled, d.message
+    assert len(set(d.assignments.values())) == 1
+    assert list(d.allocations) == [("ml", "pair-gpu")]
+    assert devices(result, "w-0") == devices(result, "w-1")
+
+
+def test_shared_claim_users_that_do_not_fit_one_node_try_another() -> None:
+    # Node a has the first GPU but room for one pod only; b has a GPU and room for both.
+    shared = dra.claim("ml", "pair-gpu", dra.request("gpu"))
+    objects = [dra.gpu_class(), dra.node_slice("a", dra.gpus(1)), dra.node_slice("b", dra.gpus(1)), shared]
+    members = dra.claim_pods("w", 2, "g", {"gpu": "pair-gpu"}, cpu="3")
+    nodes = [bare("a", cpu="4"), bare("b", cpu="8")]
+    d = decision(run(nodes, members, [pod_group("g", 2)], objects), "g")
+    assert d.scheduled, d.message
+    assert set(d.assignments.values()) == {"b"}
+
+
+def test_an_allocated_claim_keeps_its_users_on_its_nodes() -> None:
+    done = dra.claim("ml", "mine", allocated=[("gpu", dra.GPU_DRIVER, "b", "gpu-0")], node="b")
+    objects = [dra.gpu_class(), dra.node_slice("a", dra.gpus(1)), dra.node_slice("b", dra.gpus(1)), done]
+    result = run(
+        [bare("a"), bare("b")], dra.claim_pods("w", 1, "g", {"gpu": "mine"}), [pod_group("g", 1)], objects
+    )
+    d = decision(result, "g")
+    assert d.assignments == {("ml", "w-0"): "b"}
+    assert d.allocations == {}  # nothing new to write
+    assert [x.device for x in devices(result, "w-0")] == ["gpu-0"]
+
+
+# --------------------------------------------------------------------------- waiting and errors
+
+
+def test_a_missing_claim_keeps_the_group_waiting() -> None:
+    objects = [dra.gpu_class(), dra.node_slice("a", dra.gpus(1))]
+    named = run([bare("a")], dra.claim_pods("w", 1, "g", {"gpu": "nope"}), [pod_group("g", 1)], objects)
+    assert "waiting for ResourceClaim ml/nope (claim gpu)" in decision(named, "g").message
+    templated = run(
+        [bare("a")], dra.claim_pods("w", 1, "g", {"gpu": "template:nope"}), [pod_group("g", 1)], objects
+    )
+    assert "waiting for the ResourceClaim of template nope (claim gpu)" in decision(templated, "g").message
+
+
+def test_a_missing_device_class_is_named() -> None:
+    objects = [
+        dra.node_slice("a", dra.gpus(1)),
+        dra.claim_template("ml", "t", dra.request("gpu", "no-such-class")),
+    ]
+    result = run(
+        [bare("a")], dra.claim_pods("w", 1, "g", {"gpu": "template:t"}), [pod_group("g", 1)], objects
+    )
+    assert "device class no-such-class not found" in decision(result, "g").message
+
+
+def test_claims_without_any_dra_objects_wait() -> None:
+    members = dra.claim_pods("w", 1, "g", {"gpu": "template:t"})
+    result = schedule_cycle(nodes=[bare("a")], pods=members, pod_groups=[pod_group("g", 1)])
+    assert "no DRA objects are known" in decision(result, "g").message
+
+
+def test_selector_errors_are_reasons_never_matches() -> None:
+    broken = dra.device_class("broken", 'device.attributes["gpu.example.com"].model ==')
+    missing = dra.device_class("missing", 'device.attributes["gpu.example.com"].numa == 0')
+    objects = [broken, missing, dra.node_slice("a", dra.gpus(1))]
+    objects += [dra.claim_template("ml", "b", dra.request("gpu", "broken"))]
+    objects += [dra.claim_template("ml", "m", dra.request("gpu", "missing"))]
+    compile_error = run(
+        [bare("a")], dra.claim_pods("w", 1, "g", {"gpu": "template:b"}), [pod_group("g", 1)], objects
+    )
+    message = decision(compile_error, "g").message
+    assert not decision(compile_error, "g").scheduled
+    assert message.startswith("class broken: selector #0 ")
+    assert "CEL compile error" in message
+    runtime = run(
+        [bare("a")], dra.claim_pods("w", 1, "g", {"gpu": "template:m"}), [pod_group("g", 1)], objects
+    )
+    message = decision(runtime, "g").message
+    assert not decision(runtime, "g").scheduled
+    assert "class missing: selector #0" in message
+    assert "CEL runtime error" in message
+    assert "numa" in message
