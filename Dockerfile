@@ -4,6 +4,7 @@
 # Stage 1 builds wheels of gangsched and all its dependencies; stage 2 installs them from
 # a bind mount (no wheel lands in a layer) and removes pip, setuptools and wheel: the
 # final image has the interpreter, the site-packages and nothing to build or install with.
+# cel_expr_python/ext (35 of its 49 MB: CEL extensions gangsched does not load) is removed.
 # It runs as 65532:65532 and writes nothing outside /tmp (readOnlyRootFilesystem: mount an
 # emptyDir at /tmp, as manifests/deployment.yaml does).
 
@@ -33,6 +34,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # pip compiles the .pyc files at install time, so nothing is written at run time.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 pip install --no-index --find-links=/wheels /wheels/gangsched-*.whl \
+    && rm -rf "$(python -c 'import cel_expr_python; print(list(cel_expr_python.__path__)[0])')/ext" \
     && pip uninstall --yes setuptools wheel pip \
     && groupadd --system --gid 65532 gangsched \
     && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \

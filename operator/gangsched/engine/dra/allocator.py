@@ -16,6 +16,8 @@ the Go code):
   request with count > 1 can get two devices with the same value (numa 0,1,0 with count 3).
 - Consumable capacity (`allowMultipleAllocations`) is not shared: such a device is allocated
   exclusively, never to two claims.
+- Counters are kept per (driver, pool). Upstream caches them by pool name alone, so two drivers
+  with a pool of the same name share (and can wrongly exhaust) one another's counter sets.
 """
 
 from __future__ import annotations

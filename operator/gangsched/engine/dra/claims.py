@@ -54,6 +54,9 @@ class GroupClaims:
     allocated: dict[ClaimKey, tuple[SelectorTerm, ...] | None]
     shared: dict[ClaimKey, list[tuple[str, str]]]  # unallocated claim -> its pending users
     choices: list[Choice] = field(default_factory=list)
+    _specs: dict[
+        tuple[int, tuple[tuple[Choice, int], ...]], tuple[ClaimSpec, list[Need], list[Alignment]]
+    ] = field(default_factory=dict)
 
     def variants(self) -> Iterator[dict[Choice, int]]:
         """Alternative indexes per choice, first alternatives first (lexicographic)."""
@@ -76,9 +79,21 @@ class GroupClaims:
         for use in self.own(pod):
             claim = self.claims[use.key]
             offset = len(needs)
-            spec = reduce(claim.spec, variant)
-            needs.extend(claim_needs(f"{claim.namespace}/{claim.name}", spec))
-            alignments.extend(_alignments(spec, offset))
+            # Claims made from one template share its spec: work each spec out once.
+            key = (id(claim.spec), tuple(sorted(variant.items())))
+            cached = self._specs.get(key)
+            if cached is None or cached[0] is not claim.spec:
+                spec = reduce(claim.spec, variant)
+                cached = (
+                    claim.spec,
+                    claim_needs(f"{claim.namespace}/{claim.name}", spec),
+                    _alignments(spec, 0),
+                )
+                self._specs[key] = cached
+            needs.extend(cached[1])
+            alignments.extend(
+                Alignment(a.attribute, tuple(offset + j for j in a.needs), a.match) for a in cached[2]
+            )
         return Demand(needs=tuple(needs), alignments=tuple(alignments))
 
     def used_alternatives(self, variant: Mapping[Choice, int]) -> list[str]:

@@ -37,6 +37,7 @@ from gangsched.engine.dra.cel import CelCompileError, SelectorEvaluator, engine
 from gangsched.engine.dra.pools import DeviceId, Pool, gather_pools, node_matches
 from gangsched.model import Node
 from gangsched.model.dra import (
+    Allocation,
     Device,
     DeviceClass,
     DeviceTaint,
@@ -149,6 +150,13 @@ class DeviceTable:
                         self.network_reach[reach] = holder
         self.size = len(self.entries)
         self.usable = np.array(usable, dtype=bool)
+        # Node names as codes, so a cycle maps them to snapshot rows with one lookup per node.
+        names: dict[str | None, int] = {}
+        self.node_codes = np.array(
+            [names.setdefault(n, len(names)) if n else -1 for n in self.node_names], dtype=np.int64
+        )
+        self.node_name_list: list[str] = [n for n in names if n]
+        self._allocated: dict[int, tuple[Allocation, list[DeviceId], IntArray]] = {}
         self.counter_devices = [i for i, (_, d) in enumerate(self.entries) if d.consumes_counters]
         self.tainted = [i for i, (_, d) in enumerate(self.entries) if d.taints]
         self._matches: dict[tuple[tuple[str, ...], tuple[str, ...]], Match] = {}
@@ -213,6 +221,19 @@ class DeviceTable:
                 mask[i] = True
         self._matches[key] = result
         return result
+
+    def allocated(self, allocation: Allocation) -> tuple[list[DeviceId], IntArray]:
+        """The devices an allocation holds (adminAccess results hold none), and their rows;
+        remembered per allocation object while the table lives."""
+        cached = self._allocated.get(id(allocation))
+        if cached is None or cached[0] is not allocation:
+            ids = [d.device_id for d in allocation.devices if not d.admin_access]
+            rows = np.array([r for r in (self.ids.get(i) for i in ids) if r is not None], dtype=np.int64)
+            if len(self._allocated) > 100_000:
+                self._allocated.clear()
+            cached = (allocation, ids, rows)
+            self._allocated[id(allocation)] = cached
+        return cached[1], cached[2]
 
     def attribute_codes(self, name: str) -> tuple[IntArray, list[tuple[str, object]]]:
         """Per device, a code for the value of attribute `name` (-1 without it), and the values."""
@@ -325,10 +346,9 @@ class DeviceState:
         self.evaluator = _EVALUATOR
         self.evaluator.new_cycle()
         table = self.table
-        self.node_of = np.full(table.size, -1, dtype=np.int64)
-        for i, name in enumerate(table.node_names):
-            if name is not None:
-                self.node_of[i] = index.get(name, -1)
+        # Per device, its node's row in this snapshot (-1: not node-local, or no such node).
+        rows = np.array([index.get(name, -1) for name in table.node_name_list] + [-1], dtype=np.int64)
+        self.node_of = rows[table.node_codes]
         self.reach: dict[tuple[str, str], BoolArray] = {}
         for key, (slice_, device) in table.network_reach.items():
             if device is not None:
@@ -337,14 +357,12 @@ class DeviceState:
                 args = (slice_.node_name, slice_.all_nodes, slice_.node_selector)
             self.reach[key] = np.array([node_matches(n, *args) for n in nodes], dtype=bool)
         self.in_use: set[DeviceId] = set()
+        self.free = table.usable.copy()
         for claim in objects.claims.values():
             if claim.allocation is not None:
-                self.in_use.update(d.device_id for d in claim.allocation.devices if not d.admin_access)
-        self.free = table.usable.copy()
-        for device_id in self.in_use:
-            found = table.ids.get(device_id)
-            if found is not None:
-                self.free[found] = False
+                ids, rows_in_use = table.allocated(claim.allocation)
+                self.in_use.update(ids)
+                self.free[rows_in_use] = False
         self._counters: dict[tuple[str, str], dict[str, dict[str, int]]] | None = None
 
     # ------------------------------------------------------------------ matching
