@@ -474,3 +474,51 @@ def test_the_example_directory() -> None:
     finetune = [n for name, n in nodes.items() if name.startswith("finetune-")]
     assert len(finetune) == 7
     assert all(n is not None and n.startswith("gpu-b1-") for n in finetune)
+
+
+def test_the_dra_example_directory() -> None:
+    """What examples/simulate-dra/workloads.yaml promises in its comments."""
+    out = simulate_json(ROOT / "examples" / "simulate-dra")
+    groups = {f"{g['namespace']}/{g['name']}": g for g in out["podGroups"]}
+    pods = {f"{p['namespace']}/{p['name']}": p for p in out["pods"]}
+
+    def placed(prefix: str) -> list[dict[str, Any]]:
+        return [p for name, p in sorted(pods.items()) if name.startswith(prefix)]
+
+    def devs(pod: dict[str, Any]) -> list[tuple[str, str, str]]:
+        return [(d["request"], d["pool"], d["device"]) for d in pod["devices"]]
+
+    # 1. The whole finetune gang falls back to A100 in rack fb-r1; eval gets the 2 free H100.
+    assert all(p["node"] == "fb-2" for p in placed("llm/finetune-"))
+    assert {d["request"] for p in placed("llm/finetune-") for d in p["devices"]} == {"gpu/a100"}
+    assert groups["llm/finetune"]["message"].endswith("; devices: gpu/a100")
+    assert sorted(devs(p)[0] for p in placed("llm/eval-")) == [
+        ("gpu/h100", "fb-1", "gpu-2"),
+        ("gpu/h100", "fb-1", "gpu-3"),
+    ]
+    assert all(p["devices"][0]["claim"] == "gpu" for p in placed("llm/"))
+    # 2. MIG: all six slices on mig-1, none twice; no whole GPU left for full-gpu.
+    serve = placed("inference/mig-serve-")
+    assert {p["node"] for p in serve} == {"mig-1"}
+    assert len({d for p in serve for d in devs(p)}) == 6
+    assert groups["inference/full-gpu"]["scheduled"] is False
+    assert "no free device for request gpu (class gpu.example.com)" in groups["inference/full-gpu"]["message"]
+    assert pods["inference/full-gpu-0"]["devices"] == []
+    # 3. GPU pair + NIC on one PCIe root, both pods on nic-1.
+    ddp = placed("train/ddp-")
+    assert {p["node"] for p in ddp} == {"nic-1"}
+    assert sorted(sorted(d["device"] for d in p["devices"]) for p in ddp) == [
+        ["gpu-0", "gpu-1", "nic-0"],
+        ["gpu-2", "gpu-3", "nic-1"],
+    ]
+    # 4. Taints: render on tnt-1, burn-in tolerates tnt-0, render-more waits and says why.
+    assert {p["node"] for p in placed("batch/render-") if "more" not in p["name"]} == {"tnt-1"}
+    assert pods["batch/burn-in-0"]["node"] == "tnt-0"
+    message = groups["batch/render-more"]["message"]
+    assert "1 devices tainted gpu.example.com/ecc=NoSchedule" in message
+    assert "1 no free device for request gpu (class gpu.example.com)" in message
+    # 5. One shared claim: both pods on one node with the same device.
+    pair = placed("demo/pair-")
+    assert pair[0]["node"] == pair[1]["node"]
+    assert pair[0]["devices"] == pair[1]["devices"]
+    assert len(pair[0]["devices"]) == 1
