@@ -141,6 +141,13 @@ def _extension() -> cel.CelExtension:
             fn("compareTo", [_o("k8s_compare_to", T.INT, [ENC, ENC], k.compare_to, True)]),
             fn("isGreaterThan", [_o("k8s_is_greater_than", T.BOOL, [ENC, ENC], k.is_greater_than, True)]),
             fn("isLessThan", [_o("k8s_is_less_than", T.BOOL, [ENC, ENC], k.is_less_than, True)]),
+            # The same, under the names celrewrite's fallback calls (so it is not rewritten again).
+            fn("__k8s_compareTo", [_o("k8s_compare_to_alias", T.INT, [ENC, ENC], k.compare_to, True)]),
+            fn(
+                "__k8s_isGreaterThan",
+                [_o("k8s_is_greater_than_alias", T.BOOL, [ENC, ENC], k.is_greater_than, True)],
+            ),
+            fn("__k8s_isLessThan", [_o("k8s_is_less_than_alias", T.BOOL, [ENC, ENC], k.is_less_than, True)]),
             # Semver library v1
             fn(
                 "semver",

@@ -137,6 +137,9 @@ _TOKEN = re.compile(
 """,
     re.X,
 )
+# A rewritten expression longer than this is left as it is (operands are repeated).
+_MAX_REWRITTEN = 20_000
+
 _NATIVE = {
     "compareTo": "({r} > {a} ? 1 : ({r} < {a} ? -1 : 0))",
     "isGreaterThan": "{r} > {a}",
@@ -210,7 +213,6 @@ def _receiver_start(toks: list[Token], k: int) -> int | None:
 
 
 def rewrite_comparisons(src: str) -> str:
-    n = 0
     for _ in range(64):
         toks = _tokens(src)
         if toks is None:
@@ -218,8 +220,6 @@ def rewrite_comparisons(src: str) -> str:
         for j in range(1, len(toks) - 2):
             if not (toks[j][1] == "." and toks[j + 1][1] in _NATIVE and toks[j + 2][1] == "("):
                 continue
-            if toks[j - 1][1].startswith("__k8s_"):
-                continue  # our own fallback call
             close = _match(toks, j + 2, 1)
             start = _receiver_start(toks, j - 1)
             if close is None or start is None or close == j + 3:
@@ -232,12 +232,17 @@ def rewrite_comparisons(src: str) -> str:
                     single &= not (depth == 0 and t[1] == ",")
             if not single:
                 continue
-            r, a, method = f"__k8s_r{n}", f"__k8s_a{n}", toks[j + 1][1]
-            n += 1
-            recv = src[toks[start][2] : toks[j - 1][3]]
-            arg = src[toks[j + 3][2] : toks[close - 1][3]]
+            method = toks[j + 1][1]
+            # Operands are repeated, not cel.bind-ed: cel-expr-python 0.1.3 reads a stale
+            # cel.bind value after an exists()/all() that stopped early in the same expression.
+            # CEL has no side effects, so evaluating an operand twice only costs time.
+            r = f"({src[toks[start][2] : toks[j - 1][3]]})"
+            a = f"({src[toks[j + 3][2] : toks[close - 1][3]]})"
             native, guard = _NATIVE[method].format(r=r, a=a), _GUARD.format(r=r, a=a)
-            new = f"cel.bind({r}, {recv}, cel.bind({a}, {arg}, ({guard}) ? ({native}) : {r}.{method}({a})))"
+            # The fallback calls the library under an alias, which this loop does not rewrite again.
+            new = f"(({guard}) ? ({native}) : {r}.__k8s_{method}{a})"
+            if len(src) + len(new) > _MAX_REWRITTEN:
+                return src  # nested comparisons: the library functions answer the rest
             src = src[: toks[start][2]] + new + src[toks[close][3] :]
             break
         else:
