@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gangsched.engine import CycleResult, GroupDecision, schedule_cycle
+from gangsched.engine import CycleResult, GroupDecision, group, schedule_cycle
 from gangsched.engine.types import PodDevice
 from gangsched.model import Node, Pod, PodGroup
 from gangsched_testing import dra
@@ -439,3 +439,35 @@ def test_selector_errors_are_reasons_never_matches() -> None:
     assert "class missing: selector #0" in message
     assert "CEL runtime error" in message
     assert "numa" in message
+
+
+def test_an_over_counted_node_is_corrected_without_an_exponential_search() -> None:
+    # Each pod needs two GPUs (any, and an H100); counted per request a node of 10 H100s serves
+    # 10 pods, really 5. One search over 10 pods' claims on one node would backtrack through
+    # millions of device orders before giving up; its step budget hands over to pod by pod.
+    spec = dra.claim_template("ml", "two", dra.request("any"), dra.request("h100", selectors=[H100]))
+    objects = [
+        dra.gpu_class(),
+        dra.node_slice("a", dra.gpus(10)),
+        dra.node_slice("b", dra.gpus(10)),
+        spec,
+    ]
+    members = dra.claim_pods("w", 10, "g", {"gpu": "template:two"})
+    result = run([bare("a"), bare("b")], members, [pod_group("g", 10)], objects)
+    d = decision(result, "g")
+    assert d.scheduled, d.message
+    assert sorted(d.assignments.values()) == ["a"] * 5 + ["b"] * 5
+    ids = device_ids(result)
+    assert len(ids) == len(set(ids)) == 20
+
+
+def test_pod_by_pod_allocation_finishes_a_node_the_joint_search_gave_up(monkeypatch: Any) -> None:
+    monkeypatch.setattr(group, "JOINT_ALLOCATION_STEPS", 0)
+    objects = [dra.gpu_class(), dra.node_slice("a", dra.gpus(2)), dra.node_slice("b", dra.gpus(2)), ONE_GPU]
+    members = dra.claim_pods("w", 4, "g", {"gpu": "template:one-gpu"})
+    result = run([bare("a"), bare("b")], members, [pod_group("g", 4)], objects)
+    d = decision(result, "g")
+    assert d.scheduled, d.message
+    assert sorted(d.assignments.values()) == ["a", "a", "b", "b"]
+    ids = device_ids(result)
+    assert len(ids) == len(set(ids)) == 4

@@ -40,6 +40,10 @@ from gangsched.model import Pod, Reason
 MAX_ROUNDS = 6
 # Nodes tried for one shared claim.
 SHARED_CANDIDATES = 4
+# Candidate devices one node's joint allocation (all its pods' claims in one search) may try
+# before it gives way to pod-by-pod allocation: a joint search can backtrack exponentially
+# (k pods x n near-identical devices behind a constraint that fails late), pod by pod cannot.
+JOINT_ALLOCATION_STEPS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +348,7 @@ def _allocate_own(
     short = False
     for node, members in by_node.items():
         requests = [claims.to_allocate(u.key, devices.variant) for _, _, own in members for u in own]
-        result = state.allocate(node, requests)
+        result = state.allocate(node, requests, budget=JOINT_ALLOCATION_STEPS)
         if result is not None:
             state.commit(result)
             taken.extend(result)
@@ -352,10 +356,12 @@ def _allocate_own(
             for pod, _, own in members:
                 done[pod.key] = {u.key: next(results) for u in own}
             continue
-        short = True
+        # Pod by pod: what the node really serves. When every pod gets its devices (the joint
+        # search ran out of steps, or a pod-by-pod order happened to work), that is the answer.
         served: Counter[DeviceKey] = Counter()
         failed: set[DeviceKey] = set()
-        for _, key, own in members:
+        singles: dict[tuple[str, str], dict[ClaimKey, AllocationResult]] = {}
+        for pod, key, own in members:
             if key in failed:
                 continue
             one = state.allocate(node, [claims.to_allocate(u.key, devices.variant) for u in own])
@@ -365,7 +371,12 @@ def _allocate_own(
             state.commit(one)
             taken.extend(one)
             served[key] += 1
-        for key in failed or {key for _, key, _ in members}:
+            singles[pod.key] = dict(zip((u.key for u in own), one, strict=True))
+        if not failed:
+            done.update(singles)
+            continue
+        short = True
+        for key in failed:
             devices.exact[key][node] = served[key]
     if short:
         state.release(taken)

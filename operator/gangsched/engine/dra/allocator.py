@@ -160,6 +160,10 @@ class _MaxSizeExceededError(Exception):
     """Backtracking signal: this branch would exceed 32 devices in a claim."""
 
 
+class _OutOfStepsError(Exception):
+    """The search tried more candidate devices than its budget allowed."""
+
+
 class _Constraint:
     def __init__(self, spec: DeviceConstraint) -> None:
         self.requests = set(spec.requests)
@@ -238,10 +242,20 @@ class NodeAllocator:
 
     # ------------------------------------------------------------------ entry point
 
-    def allocate(self, claims: Sequence[ClaimToAllocate]) -> list[AllocationResult] | None:
-        """One result per claim, None when they cannot all be allocated on this node."""
-        run = _Run(self, claims)
-        done = run.claim(0)
+    def allocate(
+        self, claims: Sequence[ClaimToAllocate], *, budget: int | None = None
+    ) -> list[AllocationResult] | None:
+        """One result per claim, None when they cannot all be allocated on this node.
+
+        `budget` bounds the candidate devices the search may try (None: unbounded, as
+        upstream). Many claims searched together can backtrack exponentially; a caller that
+        has a cheaper way to finish (one claim at a time) gives a budget and gets None when
+        it runs out."""
+        run = _Run(self, claims, budget)
+        try:
+            done = run.claim(0)
+        except _OutOfStepsError:
+            return None
         if not done:
             if any(p.invalid for p in self.pools):
                 raise FailedOnNodeError("invalid resource pools were encountered")
@@ -287,9 +301,10 @@ class NodeAllocator:
 class _Run:
     """The state of one `allocate` call (upstream's `allocator`)."""
 
-    def __init__(self, owner: NodeAllocator, claims: Sequence[ClaimToAllocate]) -> None:
+    def __init__(self, owner: NodeAllocator, claims: Sequence[ClaimToAllocate], budget: int | None) -> None:
         self.owner = owner
         self.claims = claims
+        self.steps_left = budget
         self.requests: dict[tuple[int, int, int], _Request] = {}
         self.selected_sub: dict[tuple[int, int], int] = {}
         self.constraints: list[list[_Constraint]] = []
@@ -431,6 +446,10 @@ class _Run:
                         continue
                     if not self._selectable((i, j, k), data, slice_, device):
                         continue
+                    if self.steps_left is not None:
+                        self.steps_left -= 1
+                        if self.steps_left < 0:
+                            raise _OutOfStepsError
                     undo = self.take(i, data, pool, slice_, device, must=False)
                     if undo is None:
                         continue

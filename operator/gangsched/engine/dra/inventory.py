@@ -612,9 +612,12 @@ class DeviceState:
 
     # ------------------------------------------------------------------ exact allocation
 
-    def allocate(self, node: int, claims: Sequence[ClaimToAllocate]) -> list[AllocationResult] | None:
+    def allocate(
+        self, node: int, claims: Sequence[ClaimToAllocate], *, budget: int | None = None
+    ) -> list[AllocationResult] | None:
         """The structured allocator on one node, with every device this cycle took counted as in
-        use. Raises allocator.AllocationError (a class missing, a selector failing, ...)."""
+        use (`budget`: see NodeAllocator.allocate). Raises allocator.AllocationError (a class
+        missing, a selector failing, ...)."""
         allocator = NodeAllocator(
             node=self.nodes[node],
             pools=self.table.pools_for(self.nodes[node]),
@@ -622,7 +625,7 @@ class DeviceState:
             in_use=self.in_use,
             matcher=self.evaluator.matches,
         )
-        return allocator.allocate(claims)
+        return allocator.allocate(claims, budget=budget)
 
     def commit(self, results: Iterable[AllocationResult]) -> None:
         """Devices of `results` are in use from now on."""
