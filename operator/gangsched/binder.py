@@ -20,6 +20,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gangsched._rawapi import MERGE_PATCH, STRATEGIC_MERGE_PATCH
+from gangsched.cluster.devices import claim_path
 from gangsched.model import BOUND_FOR_ANNOTATION, GROUP, PLURAL, VERSION, Pod
 from gangsched.model.text import printable
 from gangsched.transport import Transport, error_message
@@ -218,3 +219,53 @@ class Binder:
                 involved["name"],
                 detail,
             )
+
+    # ------------------------------------------------------------------ ResourceClaims
+
+    async def patch_claim(
+        self,
+        namespace: str,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        status: bool = False,
+        strategic: bool = False,
+    ) -> dict[str, Any]:
+        """One write to a claim (its /status when `status`): a merge patch, with the
+        resourceVersion in `patch` as precondition (an Update, as kube-scheduler sends, with
+        a 409 when the claim changed), or a strategic merge patch. Returns the claim;
+        raises ApiException (409, 404, 422 ...) for the caller to handle."""
+        path = claim_path(namespace, name, "status" if status else "")
+        content_type = STRATEGIC_MERGE_PATCH if strategic else MERGE_PATCH
+        result: dict[str, Any] = await self.transport.call(
+            "PATCH", path, body=dict(patch), content_type=content_type
+        )
+        return result
+
+
+def claim_finalizer_patch(rv: str, finalizers: Sequence[str]) -> dict[str, Any]:
+    return {"metadata": {"resourceVersion": rv, "finalizers": list(finalizers)}}
+
+
+def claim_status_patch(
+    rv: str, *, allocation: Mapping[str, Any] | None, reserved_for: Sequence[Mapping[str, str]]
+) -> dict[str, Any]:
+    """status.allocation (when allocating) and the whole reservedFor list, in one write."""
+    status: dict[str, Any] = {"reservedFor": [dict(r) for r in reserved_for]}
+    if allocation is not None:
+        status["allocation"] = dict(allocation)
+    return {"metadata": {"resourceVersion": rv}, "status": status}
+
+
+def claim_unreserve_patch(claim_uid: str, consumer_uids: Sequence[str]) -> dict[str, Any]:
+    """Upstream's Unreserve: a strategic merge patch deleting reservedFor entries by uid (its
+    patchMergeKey); the claim's UID makes it apply to this claim only."""
+    return {
+        "metadata": {"uid": claim_uid},
+        "status": {"reservedFor": [{"$patch": "delete", "uid": uid} for uid in consumer_uids]},
+    }
+
+
+def claim_deallocate_patch(rv: str) -> dict[str, Any]:
+    """Clear allocation and reservedFor (the apiserver drops status.devices with them)."""
+    return {"metadata": {"resourceVersion": rv}, "status": {"allocation": None, "reservedFor": None}}

@@ -125,6 +125,30 @@ class Intake:
             self.cache.apply_priority_class("DELETED", {"metadata": {"name": name}})
         self.scheduler.wake()
 
+    # ------------------------------------------------------------------ DRA kinds
+
+    def dra_sink(self, kind: str) -> KindSink:
+        """DeviceClasses, ResourceSlices or ResourceClaims (`cluster.devices` kinds)."""
+
+        async def on_event(event_type: str, body: Body) -> None:
+            self.cache.apply_dra(kind, event_type, body)
+            self.scheduler.wake()
+
+        async def on_list(items: Sequence[Body], resource_version: str) -> None:
+            for item in items:
+                self.cache.apply_dra(kind, "LISTED", item)
+            listed = [_dra_key(i) for i in items]
+            for key in self.cache.devices.vanished(kind, listed, resource_version):
+                self.cache.apply_dra(kind, "DELETED", {"metadata": {"namespace": key[0], "name": key[1]}})
+            self.scheduler.wake()
+
+        return KindSink(on_event, on_list)
+
+
+def _dra_key(body: Body) -> Key:
+    meta = body.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
 
 @dataclass(frozen=True, slots=True)
 class KindSink:

@@ -31,10 +31,12 @@ import kopf
 from aiohttp import web
 from kopf._core.engines.peering import Identity  # kopf exports no public name for it
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from gangsched import __version__
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, LiveReader
+from gangsched.cluster.devices import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gangsched.cluster.informer import Informer, Reconciler, Resource, WatchHealth
 from gangsched.handlers import Intake, KindSink, register_kopf_handlers
 from gangsched.leader import LeaderElector, LeaseConfig, default_identity
@@ -155,6 +157,16 @@ def _start_watches(op: Operator) -> None:
         Informer(session=session, resource=r, sink=KindSink(on_event, on_list), health=op.health)
         for r, on_event, on_list in kinds
     ]
+    if op.cache.devices.enabled:
+        op.informers += [
+            Informer(
+                session=session,
+                resource=Resource(kind, f"/apis/resource.k8s.io/v1/{kind}"),
+                sink=intake.dra_sink(kind),
+                health=op.health,
+            )
+            for kind in (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS)
+        ]
     pod_groups = Resource(PLURAL, f"/apis/{GROUP}/{VERSION}/{PLURAL}")
     op.reconciler = Reconciler(
         session=session,
@@ -167,6 +179,21 @@ def _start_watches(op: Operator) -> None:
     for informer in op.informers:
         op.tasks.append(loop.create_task(informer.run(), name=f"informer {informer.resource.kind}"))
     op.tasks.append(loop.create_task(_sync_then_reconcile(op), name="reconciler"))
+
+
+async def _discover_dra(op: Operator) -> None:
+    """Watch the DRA kinds only where the API serves resource.k8s.io/v1 (DRA is GA since
+    1.34; a cluster without it must not keep a watch failing, which would fail /healthz)."""
+    try:
+        await op.transport.call("GET", "/apis/resource.k8s.io/v1")
+    except ApiException as exc:
+        if exc.status == 404:
+            log.info("resource.k8s.io/v1 is not served: DRA (ResourceClaims) is off")
+            return
+        log.warning("could not tell whether resource.k8s.io/v1 is served (%s); watching it", exc.status)
+    except Exception as exc:
+        log.warning("could not tell whether resource.k8s.io/v1 is served (%s); watching it", exc)
+    op.cache.devices.enabled = True
 
 
 async def _sync_then_reconcile(op: Operator) -> None:
@@ -219,6 +246,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
     async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         _configure(settings)
         op.synced = asyncio.Event()
+        await _discover_dra(op)
         _start_watches(op)
         op.tasks.insert(0, asyncio.get_running_loop().create_task(_main(op), name="gangsched main"))
         if op.options.metrics_port:

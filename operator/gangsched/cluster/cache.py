@@ -15,10 +15,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gangsched.cluster.devices import DeviceCache
 from gangsched.model import (
     ModelError,
     Node,
@@ -60,6 +61,8 @@ def _scheduling_view(pod: Pod) -> tuple[object, ...]:
         pod.priority,
         tuple(sorted(pod.requests.items())),
         pod.placement,
+        pod.claims,
+        tuple(sorted(pod.claim_statuses.items(), key=lambda kv: kv[0])),
     )
 
 
@@ -92,6 +95,9 @@ class GroupWrites:
     pod_group_rv: int | None = None
     # Pods we bound for this group whose binding the watch has not shown yet.
     pending_binds: set[Key] = field(default_factory=set)
+    # ResourceClaims we wrote for this group -> the resourceVersion our last write returned
+    # (-1: not an integer, so the cache cannot be compared).
+    claim_rvs: dict[Key, int] = field(default_factory=dict)
 
 
 class ClusterCache:
@@ -102,6 +108,7 @@ class ClusterCache:
         self.pods: dict[Key, Pod] = {}
         self.pod_groups: dict[Key, PodGroup] = {}
         self.priority_classes = PriorityClasses()
+        self.devices = DeviceCache()
         self._raw_pod_groups: dict[Key, Mapping[str, Any]] = {}
         self._assumed: dict[Key, Assumed] = {}
         self._writes: dict[Key, GroupWrites] = {}
@@ -245,6 +252,12 @@ class ClusterCache:
         for key, raw in list(self._raw_pod_groups.items()):
             self.pod_groups[key] = parse_pod_group(raw, priorities=self.priority_classes)
 
+    def apply_dra(self, kind: str, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """A DeviceClass, ResourceSlice or ResourceClaim event (kinds: `cluster.devices`)."""
+        self._observe(kind, body)
+        if self.devices.apply(kind, event_type, body):
+            self.generation += 1
+
     # ------------------------------------------------------------------ after a LIST
 
     def vanished_pods(self, listed: set[Key], list_rv: str) -> list[Pod]:
@@ -304,6 +317,34 @@ class ClusterCache:
         writes = self._writes.get(group)
         return set(writes.pending_binds) if writes is not None else set()
 
+    def pending_claims(self, group: Key) -> list[Key]:
+        """Claims we wrote for `group` whose write the watch may not have shown yet."""
+        writes = self._writes.get(group)
+        return list(writes.claim_rvs) if writes is not None else []
+
+    def assume_allocations(self, allocations: Mapping[Key, Any]) -> None:
+        """Count a decided gang's claim allocations (`AllocationResult`s) as made, before the
+        writes: the next cycle must not hand their devices out again."""
+        for key, result in allocations.items():
+            self.devices.assume(key, result)
+        if allocations:
+            self.generation += 1
+
+    def forget_allocations(self, keys: Iterable[Key]) -> None:
+        forgotten = [k for k in keys if self.devices.forget(k)]  # every one, no short cut
+        if forgotten:
+            self.generation += 1
+
+    def wrote_claim(self, group: Key, body: Mapping[str, Any]) -> None:
+        """Our write to a claim for `group` returned `body`: hold it, and decide `group` again
+        only once the watch has shown that version (or a newer one)."""
+        self.devices.settle(body)
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        rv = parse_rv(str(meta.get("resourceVersion") or ""))
+        self._writes.setdefault(group, GroupWrites()).claim_rvs[key] = rv if rv is not None else -1
+        self.generation += 1
+
     def status_write_observed(self, group: Key) -> None:
         """Stop waiting for the watch to echo our last status write (it was ours; a live
         read of the pods has replaced what the watch would have told)."""
@@ -334,6 +375,13 @@ class ClusterCache:
             if self.observed_rv.get("podgroups", 0) < writes.pod_group_rv:
                 return False
             writes.pod_group_rv = None
+        for claim, rv in list(writes.claim_rvs.items()):
+            if rv < 0:
+                return None
+            seen = self.devices.seen_rv(claim)
+            if claim in self.devices.claims and (seen is None or seen < rv):
+                return False
+            del writes.claim_rvs[claim]  # shown (or deleted since: nothing left to wait for)
         return True
 
     # ------------------------------------------------------------------ reading
@@ -362,6 +410,7 @@ class ClusterCache:
             "podgroups": digest([f"{ns}/{name}" for ns, name in self.pod_groups]),
             "priorityclasses": digest(list(self._priority_class_rv)),
             "assumed": {"count": len(self._assumed)},
+            "dra": dict(self.devices.counts()),
         }
 
     def last_status(self, group: Key) -> Mapping[str, Any] | None:

@@ -18,6 +18,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gangsched.cluster.cache import ClusterCache, Key
+from gangsched.cluster.devices import RESOURCE_CLAIMS, claim_path
 from gangsched.model import POD_GROUP_LABEL, TERMINAL_PHASES
 from gangsched.transport import Query, Transport
 
@@ -60,6 +61,16 @@ class LiveReader:
             raise
         return result
 
+    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """A ResourceClaim read live (None when it does not exist)."""
+        try:
+            result: Mapping[str, Any] = await self.transport.call("GET", claim_path(namespace, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return result
+
     async def finished_members(self) -> list[Mapping[str, Any]]:
         """Finished pods of our PodGroups (the pod watch does not carry finished pods)."""
         out: list[Mapping[str, Any]] = []
@@ -87,6 +98,10 @@ class LiveReader:
                 self.cache.apply_pod("DELETED", _deleted(pod_key))
             elif (body.get("spec") or {}).get("nodeName"):
                 self.cache.apply_pod("MODIFIED", body)
+        for claim_key in self.cache.pending_claims(group):
+            claim = await self.read_claim(*claim_key)
+            event = "DELETED" if claim is None else "MODIFIED"
+            self.cache.apply_dra(RESOURCE_CLAIMS, event, claim or _deleted(claim_key))
         self.cache.status_write_observed(group)  # the status we wrote is ours; the rest comes from the watch
 
     async def pod_gone(self, body: Mapping[str, Any]) -> None:

@@ -191,11 +191,10 @@ def place_group(
         if attempt is not None and attempt.placed >= max(cap.need, 1):
             return Outcome(placed(group, cap, placer, attempt), cap)
         return Outcome(unplaced(group, explain(cap, placer)), cap)
-    if state is None:
-        return Outcome(unplaced(group, "its pods have ResourceClaims, and no DRA objects are known"), None)
-    claims = resolve(group.pending, state.objects.claims, allocated_now)
+    claims = resolve(group.pending, state.objects.claims if state else {}, allocated_now)
     if isinstance(claims, str):
-        return Outcome(unplaced(group, claims), None)
+        return Outcome(unplaced(group, claims, Reason.WAITING_FOR_RESOURCE_CLAIMS), None)
+    assert state is not None  # the claims resolved, so there are DRA objects
     first: Outcome | None = None
     others: list[str] = []
     for variant in claims.variants():
@@ -408,12 +407,12 @@ def placed(group: GroupRequest, cap: GroupCapacity, placer: Placer, attempt: Att
     )
 
 
-def unplaced(group: GroupRequest, message: str) -> GroupDecision:
+def unplaced(group: GroupRequest, message: str, reason: Reason = Reason.UNSCHEDULABLE) -> GroupDecision:
     return GroupDecision(
         namespace=group.namespace,
         name=group.name,
         scheduled=False,
-        reason=Reason.UNSCHEDULABLE,
+        reason=reason,
         message=message,
         pending=list(group.pending),
     )

@@ -38,6 +38,11 @@ class SchedulerConfig:
     finished_resync_seconds: float = 120.0
     # Post a "Scheduled" Event on every bound pod, as kube-scheduler does.
     pod_events: bool = True
+    # KEP-5007: how long a gang waits for its devices' binding conditions (upstream's
+    # DynamicResourcesBindingTimeoutDefault), and how long devices whose conditions failed
+    # are not handed out again, so the gang is placed elsewhere.
+    binding_timeout_seconds: float = 600.0
+    failed_device_hold_seconds: float = 300.0
     faults: Faults = field(default_factory=Faults)
 
     def in_scope(self, namespace: str) -> bool:

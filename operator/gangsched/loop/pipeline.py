@@ -58,6 +58,10 @@ class PreBindStep(Protocol):
     async def undo(self, plan: GangPlan) -> None:
         """Take back what `run` wrote (best effort, never raises)."""
 
+    async def finish(self, plan: GangPlan, unbound: Sequence[Pod]) -> None:
+        """The Bindings were sent; take back what `run` wrote for the `unbound` members (best
+        effort, never raises)."""
+
 
 class BindingPipeline:
     def __init__(
@@ -85,6 +89,7 @@ class BindingPipeline:
         plan = GangPlan(decision, [(pods[k], node) for k, node in decision.assignments.items()])
         for pod, node in plan.assignments:
             self.cache.assume(group=plan.key, pod=pod, node=node)
+        self.cache.assume_allocations(decision.allocations)
         return plan
 
     async def run(self, plan: GangPlan) -> None:
@@ -94,6 +99,9 @@ class BindingPipeline:
                 return
             group = self.cache.pod_groups.get(plan.key) if plan.decision.is_pod_group else None
             results = await self.binder.bind_all(plan.assignments, group_uid=group.uid if group else "")
+            unbound = [r.pod for r in results if r.outcome is not BindOutcome.BOUND]
+            for step in self.steps:
+                await step.finish(plan, unbound)
             await self._outcomes(plan, results)
         except Exception:
             log.exception("binding %s/%s failed", *plan.key)
@@ -122,6 +130,7 @@ class BindingPipeline:
     def _drop(self, plan: GangPlan) -> None:
         for pod, _ in plan.assignments:
             self.cache.forget(pod.key)
+        self.cache.forget_allocations(plan.decision.allocations)
 
     async def _outcomes(self, plan: GangPlan, results: list[BindResult]) -> None:
         failed = [r for r in results if r.outcome is not BindOutcome.BOUND]

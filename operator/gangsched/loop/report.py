@@ -76,7 +76,7 @@ class Reporter:
             self._last_event[key] = decision.message
             group = self.cache.pod_groups.get(key)
             if group is not None:
-                event_type = "Warning" if decision.reason != Reason.WAITING_FOR_PODS else "Normal"
+                event_type = "Normal" if decision.reason.waits_for_objects else "Warning"
                 self.post(pod_group_ref(*key, group.uid), event_type, decision.reason, decision.message)
             return
         # A pod alone, or pods whose PodGroup is missing: tell each pod, once per message.

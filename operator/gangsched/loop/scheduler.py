@@ -18,6 +18,7 @@ from collections.abc import Callable
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, Key, LiveReader
 from gangsched.engine import CycleResult, Reservation, schedule_cycle
+from gangsched.loop.claims import ClaimStep
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.pipeline import BindingPipeline, GangPlan, PreBindStep
 from gangsched.loop.queue import SchedulingQueue
@@ -55,6 +56,9 @@ class Scheduler:
         self.tasks = Tasks()
         self.queue = SchedulingQueue(config=self.config, wake_later=self.wake_later)
         self.reporter = Reporter(cache=cache, binder=binder, config=self.config, tasks=self.tasks)
+        self.claims = ClaimStep(
+            cache=cache, live=live, binder=binder, reporter=self.reporter, config=self.config, clock=clock
+        )
         self.pipeline = BindingPipeline(
             cache=cache,
             live=live,
@@ -62,7 +66,7 @@ class Scheduler:
             reporter=self.reporter,
             metrics=self.metrics,
             config=self.config,
-            steps=steps,
+            steps=(self.claims, *steps),
         )
         self.repair = GangRepair(
             cache=cache,
@@ -127,6 +131,8 @@ class Scheduler:
             await self.live.resync_finished()
         exclude, ready = await self._select(now)
         await self.repair.check(now)
+        if self.cache.devices.claims:
+            await self.claims.sweep(self.queue.binding, self._schedule_timeout)
         if ready:
             # What the snapshot saw: events applied while the engine runs count as changes after it.
             seen_generation = self.cache.generation
@@ -141,11 +147,18 @@ class Scheduler:
                 reservation_after_seconds=self.config.reservation_after_seconds,
                 exclude_pods=frozenset(exclude),
                 reservations=self._live_reservations(),
+                dra=self.cache.devices.objects(now),
             )
             self.metrics.engine_seconds.observe(time.perf_counter() - started)
             self.reservations = {r.owner: r for r in result.reservations}
             self._apply(result, now, seen_generation)
         await self.reporter.write_statuses()
+
+    def _schedule_timeout(self, group: Key) -> float:
+        pod_group = self.cache.pod_groups.get(group)
+        if pod_group is not None and pod_group.spec is not None and pod_group.spec.schedule_timeout_seconds:
+            return float(pod_group.spec.schedule_timeout_seconds)
+        return self.config.default_schedule_timeout_seconds
 
     def _live_reservations(self) -> list[Reservation]:
         """Reservations whose owner still waits: a deleted group (or pod) releases its own."""

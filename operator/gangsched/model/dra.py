@@ -493,7 +493,8 @@ def parse_claim_spec(value: Any, where: str = "spec") -> ClaimSpec:
     return ClaimSpec(requests=tuple(requests), constraints=tuple(constraints), config=config)
 
 
-def _allocation(value: Any) -> Allocation | None:
+def parse_allocation(value: Any) -> Allocation | None:
+    """status.allocation (None when unset)."""
     if not value:
         return None
     item = _obj(value, "status.allocation")
@@ -543,7 +544,7 @@ def parse_resource_claim(obj: Mapping[str, Any]) -> ResourceClaim:
         name=str(meta["name"]),
         uid=str(meta.get("uid") or ""),
         spec=parse_claim_spec(obj.get("spec")),
-        allocation=_allocation(status.get("allocation")),
+        allocation=parse_allocation(status.get("allocation")),
         reserved_for=reserved,
         deleting=meta.get("deletionTimestamp") is not None,
         resource_version=str(meta.get("resourceVersion") or ""),

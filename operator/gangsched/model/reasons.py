@@ -16,13 +16,20 @@ class Reason(StrEnum):
     UNSCHEDULABLE = "Unschedulable"
     WAITING_FOR_PODS = "WaitingForPods"
     POD_GROUP_NOT_FOUND = "PodGroupNotFound"
+    # A member's ResourceClaim is not created yet (or is being deleted), as kube-scheduler waits.
+    WAITING_FOR_RESOURCE_CLAIMS = "WaitingForResourceClaims"
     # A partial gang rolled back after scheduleTimeoutSeconds (written by the loop, not the engine).
     TIMEOUT = "Timeout"
 
     @property
     def waits_for_objects(self) -> bool:
         """Settled by the next pod or PodGroup event, not by capacity: nothing to back off from."""
-        return self in (Reason.WAITING_FOR_PODS, Reason.POD_GROUP_NOT_FOUND)
+        return self in _WAITS_FOR_OBJECTS
+
+
+_WAITS_FOR_OBJECTS = frozenset(
+    {Reason.WAITING_FOR_PODS, Reason.POD_GROUP_NOT_FOUND, Reason.WAITING_FOR_RESOURCE_CLAIMS}
+)
 
 
 class Phase(StrEnum):
@@ -43,6 +50,9 @@ class EventReason(StrEnum):
     WAITING_FOR_PODS = "WaitingForPods"
     TIMEOUT = "Timeout"
     BINDING_FAILED = "BindingFailed"
+    WAITING_FOR_RESOURCE_CLAIMS = "WaitingForResourceClaims"
+    # Devices of the gang's claims have binding conditions not yet true (KEP-5007), as upstream.
+    BINDING_CONDITIONS_PENDING = "BindingConditionsPending"
     # On a PodGroup whose spec.priority is ignored (it is not the administrator's word).
     PRIORITY_IGNORED = "PriorityIgnored"
     # On a pod without a PodGroup (or whose PodGroup is missing), as kube-scheduler posts it.

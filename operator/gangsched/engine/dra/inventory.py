@@ -65,6 +65,8 @@ class DraObjects:
     classes: Mapping[str, DeviceClass] = field(default_factory=dict)
     slices: Sequence[ResourceSlice] = ()
     claims: Mapping[tuple[str, str], ResourceClaim] = field(default_factory=dict)
+    # Devices not to hand out though free (the operator: their binding conditions just failed).
+    unavailable: frozenset[DeviceId] = frozenset()
 
     @property
     def empty(self) -> bool:
@@ -363,6 +365,11 @@ class DeviceState:
                 ids, rows_in_use = table.allocated(claim.allocation)
                 self.in_use.update(ids)
                 self.free[rows_in_use] = False
+        for device_id in objects.unavailable:
+            row = table.ids.get(device_id)
+            if row is not None:
+                self.in_use.add(device_id)
+                self.free[row] = False
         self._counters: dict[tuple[str, str], dict[str, dict[str, int]]] | None = None
 
     # ------------------------------------------------------------------ matching
