@@ -1,12 +1,18 @@
-"""A throwaway Kubernetes control plane (etcd + kube-apiserver) on 127.0.0.1.
+"""A throwaway Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) on 127.0.0.1.
 
 One module serves the integration tests, the demo and people (``make dev-cluster``): a
 real apiserver catches what mocks cannot (validation, RBAC, conflicts on Binding, field
-selectors), and starting it as two local processes needs neither docker nor kind.
+selectors), and starting it as local processes needs neither docker nor kind.
 
-There is no kube-controller-manager and no kubelet: nothing garbage-collects, nothing
+kube-controller-manager runs only the controllers DRA needs (:data:`CONTROLLERS`): the
+resourceclaim controller (ResourceClaimTemplate -> ResourceClaim per pod,
+``pod.status.resourceClaimStatuses``, stale ``reservedFor`` entries removed and claims of
+finished pods deallocated) and the garbage collector (generated claims go with their pod).
+It is started when its binary was built (`make control-plane`); the control plane works
+without it, DRA tests then skip. There is no namespace controller and no kubelet: nothing
 finalizes namespaces, nothing runs pods. :func:`delete_namespace` does the namespace
-controller's job, and :mod:`gangsched_testing.fakenodes` provides nodes and a kubelet stand-in.
+controller's job, and :mod:`gangsched_testing.fakenodes` provides nodes and a kubelet stand-in
+(:mod:`gangsched_testing.fakedra` the DRA driver's side).
 """
 
 from __future__ import annotations
@@ -74,7 +80,22 @@ FEATURE_GATES: Final[Mapping[str, bool]] = {
 # controller (absent here) would remove the taint once the Node reports Ready.
 DISABLED_ADMISSION_PLUGINS: Final = ("ServiceAccount", "TaintNodesByCondition")
 
+# kube-controller-manager's controllers (names from cmd/kube-controller-manager/names in
+# v1.36.3): only what DRA needs. `resourceclaim-controller` (alias resource-claim-controller)
+# is on by default since DynamicResourceAllocation went GA; the garbage collector deletes a
+# generated claim once its pod is gone. Not the namespace controller: delete_namespace does
+# its job, and both at once would race on the namespace's finalize call.
+CONTROLLERS: Final = ("resourceclaim-controller", "garbage-collector-controller")
+
+# kube-controller-manager's client rate limit. The defaults (20 QPS, burst 30) would make
+# creating the claims of a 256-pod gang take ~12 s; the apiserver here has no APF either.
+CONTROLLER_MANAGER_QPS: Final = 1000
+CONTROLLER_MANAGER_BURST: Final = 2000
+
 ADMIN_USER: Final = "gangsched-admin"
+# kube-controller-manager's user: in system:masters like the admin (it needs no RBAC), but
+# with a name of its own, so audit logs tell its writes from the tests'.
+CONTROLLER_MANAGER_USER: Final = "system:kube-controller-manager"
 SERVICE_ACCOUNT_ISSUER: Final = "https://kubernetes.default.svc.cluster.local"
 
 _PR_SET_PDEATHSIG: Final = 1
@@ -97,6 +118,7 @@ class Binaries:
     kube_apiserver: Path
     etcd: Path
     kube_scheduler: Path | None
+    kube_controller_manager: Path | None
     source: str
 
 
@@ -122,11 +144,15 @@ def find_binaries(*, environ: Mapping[str, str] | None = None) -> Binaries:
     for source, directory in candidates:
         apiserver, etcd = directory / "kube-apiserver", directory / "etcd"
         if _is_executable(apiserver) and _is_executable(etcd):
-            scheduler = directory / "kube-scheduler"
+            scheduler, controller_manager = (
+                directory / "kube-scheduler",
+                directory / "kube-controller-manager",
+            )
             return Binaries(
                 kube_apiserver=apiserver,
                 etcd=etcd,
                 kube_scheduler=scheduler if _is_executable(scheduler) else None,
+                kube_controller_manager=controller_manager if _is_executable(controller_manager) else None,
                 source=source,
             )
     looked = ", ".join(f"{directory} ({source})" for source, directory in candidates)
@@ -154,6 +180,8 @@ class _Pki:
     client_ca_cert: Path
     admin_cert: Path
     admin_key: Path
+    controller_manager_cert: Path
+    controller_manager_key: Path
     sa_key: Path
     sa_pub: Path
 
@@ -250,7 +278,8 @@ def _write(path: Path, data: bytes, *, private: bool = False) -> Path:
 
 
 def _make_pki(directory: Path) -> _Pki:
-    """A serving CA and cert, a client CA with an admin cert, and a service-account key."""
+    """A serving CA and cert, a client CA with admin and controller-manager certs, and a
+    service-account key."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     serving_ca = _make_ca("gangsched-devcluster-ca")
     serving = _issue(
@@ -273,6 +302,11 @@ def _make_pki(directory: Path) -> _Pki:
         subject=_name(ADMIN_USER, "system:masters"),
         usage=ExtendedKeyUsageOID.CLIENT_AUTH,
     )
+    controller_manager = _issue(
+        ca=client_ca,
+        subject=_name(CONTROLLER_MANAGER_USER, "system:masters"),
+        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+    )
     sa_key = _new_key()
     return _Pki(
         ca_cert=_write(directory / "ca.crt", _cert_pem(serving_ca[0])),
@@ -281,6 +315,12 @@ def _make_pki(directory: Path) -> _Pki:
         client_ca_cert=_write(directory / "client-ca.crt", _cert_pem(client_ca[0])),
         admin_cert=_write(directory / "admin.crt", _cert_pem(admin[0])),
         admin_key=_write(directory / "admin.key", _key_pem(admin[1]), private=True),
+        controller_manager_cert=_write(
+            directory / "controller-manager.crt", _cert_pem(controller_manager[0])
+        ),
+        controller_manager_key=_write(
+            directory / "controller-manager.key", _key_pem(controller_manager[1]), private=True
+        ),
         sa_key=_write(directory / "sa.key", _key_pem(sa_key), private=True),
         sa_pub=_write(
             directory / "sa.pub",
@@ -401,7 +441,13 @@ def _stop_all() -> None:
 
 
 class ControlPlane:
-    """etcd and kube-apiserver v1.36.3 on 127.0.0.1, with an admin kubeconfig and token minting.
+    """etcd, kube-apiserver and kube-controller-manager v1.36.3 on 127.0.0.1, with an admin
+    kubeconfig and token minting.
+
+    kube-controller-manager (:data:`CONTROLLERS` only) is started when its binary exists and
+    `with_controller_manager` is true; :attr:`controller_manager` says whether it was, so a
+    test that needs it skips in one line. :meth:`start` does not wait for it: only DRA tests
+    need it, and they wait for what it does anyway (:meth:`wait_controller_manager` first).
 
     Usage::
 
@@ -419,8 +465,12 @@ class ControlPlane:
         startup_timeout: float = 60.0,
         verbosity: int = 0,
         audit: bool = False,
+        with_controller_manager: bool = True,
+        extra_controller_manager_args: Sequence[str] = (),
     ) -> None:
         self._binaries = binaries
+        self._with_controller_manager = with_controller_manager
+        self._extra_controller_manager_args = list(extra_controller_manager_args)
         # Write requests (not reads) to an audit log: who wrote what when (chaos tests).
         self._audit = audit
         self._feature_gates = dict(feature_gates)
@@ -433,6 +483,9 @@ class ControlPlane:
         self._pki: _Pki | None = None
         self._etcd: subprocess.Popen[bytes] | None = None
         self._apiserver: subprocess.Popen[bytes] | None = None
+        self._controller_manager: subprocess.Popen[bytes] | None = None
+        self._controller_manager_port = 0
+        self._controller_manager_binary = Path()
         self._port = 0
         self._etcd_url = ""
         self._etcd_peer_url = ""
@@ -455,7 +508,8 @@ class ControlPlane:
         self.stop()
 
     def start(self) -> None:
-        """Start etcd, then kube-apiserver, and return once /readyz says ok.
+        """Start etcd, then kube-apiserver, return once /readyz says ok, kube-controller-manager
+        started (not awaited) just before.
 
         Raises :class:`BinariesNotFoundError` or :class:`ControlPlaneError`; on error
         everything already started is stopped again.
@@ -488,13 +542,16 @@ class ControlPlane:
                         "client-key-data": _b64(self._pki.admin_key.read_bytes()),
                     },
                 )
+                if self._with_controller_manager and binaries.kube_controller_manager is not None:
+                    self._start_controller_manager(binaries.kube_controller_manager)
             except BaseException:
                 self._stop_locked()
                 raise
             self.startup_seconds = time.monotonic() - started
 
     def stop(self) -> None:
-        """Stop kube-apiserver, then etcd, and remove the data directory. Idempotent."""
+        """Stop kube-controller-manager, kube-apiserver, then etcd, and remove the data directory.
+        Idempotent."""
         with self._lock:
             self._stop_locked()
 
@@ -507,10 +564,11 @@ class ControlPlane:
             _LIVE.discard(self)
 
     def _stop_processes(self) -> None:
-        # apiserver first: with etcd gone it would spin on reconnects while shutting down.
+        # Clients before servers: each would spin on reconnects while shutting down.
+        _terminate(self._controller_manager)
         _terminate(self._apiserver)
         _terminate(self._etcd)
-        self._apiserver = self._etcd = None
+        self._controller_manager = self._apiserver = self._etcd = None
 
     def _start_processes(self, binaries: Binaries) -> None:
         assert self._dir is not None
@@ -549,6 +607,94 @@ class ControlPlane:
             [str(binaries.kube_apiserver), *self._apiserver_args()], log=self.log_path, append=append
         )
         self._wait_ready(deadline)
+
+    def _start_controller_manager(self, binary: Path) -> None:
+        """Start kube-controller-manager without waiting for it (see the class docstring).
+
+        Started after the apiserver is ready: otherwise it spends its first second(s) in
+        backoff waiting for /healthz. A secure port only for /healthz (always allowed, no
+        authentication needed); TLS with the apiserver's serving certificate, which names
+        127.0.0.1, so no self-signed certificate is generated on each start.
+        """
+        assert self._pki is not None
+        self._controller_manager_binary = binary
+        kubeconfig = self.directory / "controller-manager.kubeconfig"
+        self._write_kubeconfig(
+            kubeconfig,
+            user={
+                "client-certificate-data": _b64(self._pki.controller_manager_cert.read_bytes()),
+                "client-key-data": _b64(self._pki.controller_manager_key.read_bytes()),
+            },
+        )
+        self._controller_manager_port = free_port()
+        args = [
+            str(binary),
+            f"--kubeconfig={kubeconfig}",
+            f"--controllers={','.join(CONTROLLERS)}",
+            # One identity for every controller: per-controller ServiceAccount tokens would
+            # need the serviceaccount-token controller and its signing key.
+            "--use-service-account-credentials=false",
+            "--leader-elect=false",  # one instance; the Lease dance only delays startup
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self._controller_manager_port}",
+            f"--tls-cert-file={self._pki.serving_cert}",
+            f"--tls-private-key-file={self._pki.serving_key}",
+            f"--kube-api-qps={CONTROLLER_MANAGER_QPS}",
+            f"--kube-api-burst={CONTROLLER_MANAGER_BURST}",
+            f"--v={self._verbosity}",
+        ]
+        if self._feature_gates:
+            # The apiserver's gates: a controller must agree with the server on which fields
+            # exist (DRAWorkloadResourceClaims: claims reserved for PodGroups).
+            gates = ",".join(f"{gate}={str(on).lower()}" for gate, on in self._feature_gates.items())
+            args.append(f"--feature-gates={gates}")
+        self._controller_manager = spawn(
+            [*args, *self._extra_controller_manager_args], log=self.controller_manager_log_path
+        )
+
+    def wait_controller_manager(self, timeout: float = 30.0) -> None:
+        """Return once kube-controller-manager's /healthz says ok (its controllers started).
+
+        Raises :class:`ControlPlaneError` when it is not running, exited, or not healthy in time.
+        """
+        if self._controller_manager is None:
+            raise ControlPlaneError("kube-controller-manager is not running (no binary, or disabled)")
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        retries = 2
+        while True:
+            try:
+                self._check_alive(
+                    self._controller_manager, self.controller_manager_log_path, "kube-controller-manager"
+                )
+            except _PortInUseError:
+                # Its /healthz port was taken between free_port() and its bind: a new one.
+                if not retries:
+                    raise
+                retries -= 1
+                self._start_controller_manager(self._controller_manager_binary)
+                continue
+            conn = http.client.HTTPSConnection(
+                "127.0.0.1", self._controller_manager_port, context=context, timeout=2.0
+            )
+            try:
+                conn.request("GET", "/healthz")
+                response = conn.getresponse()
+                body = response.read().decode(errors="replace")
+                if response.status == 200:
+                    return
+                last = f"HTTP {response.status}: {body.strip()[-300:]}"
+            except OSError as exc:
+                last = repr(exc)
+            finally:
+                conn.close()
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(
+                    f"kube-controller-manager not healthy after {timeout:g}s (last /healthz: {last}); "
+                    f"last lines of its log:\n{_tail(self.controller_manager_log_path)}"
+                )
+            time.sleep(0.05)
 
     # -- faults, for the chaos tests ---------------------------------------------------------
 
@@ -733,6 +879,20 @@ class ControlPlane:
         return [json.loads(line) for line in lines if line.strip()]
 
     @property
+    def controller_manager(self) -> bool:
+        """Whether kube-controller-manager was started (DRA tests skip without it).
+
+        True even if it died since: a crash must fail the tests that need it
+        (:meth:`wait_controller_manager` raises), not skip them.
+        """
+        return self._controller_manager is not None
+
+    @property
+    def controller_manager_log_path(self) -> Path:
+        """kube-controller-manager's combined stdout and stderr."""
+        return self.directory / "kube-controller-manager.log"
+
+    @property
     def etcd_log_path(self) -> Path:
         """etcd's combined stdout and stderr."""
         return self.directory / "etcd.log"
@@ -827,7 +987,7 @@ def _b64(data: bytes) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# What the missing kube-controller-manager would do
+# What the namespace controller (not run here) would do
 
 
 def _deletable_namespaced_resources(api: client.ApiClient) -> Iterator[tuple[str, str]]:
@@ -859,7 +1019,7 @@ def _deletable_namespaced_resources(api: client.ApiClient) -> Iterator[tuple[str
 def delete_namespace(api: client.ApiClient, *, name: str) -> None:
     """Delete a namespace and everything in it, doing the namespace controller's job.
 
-    Without kube-controller-manager a deleted namespace stays Terminating forever and its
+    Without the namespace controller a deleted namespace stays Terminating forever and its
     objects stay in etcd, where cluster-wide watches in later tests would still see them.
     So: delete every namespaced collection (pods with grace 0), strip finalizers from what
     survives, then finalize the namespace. `api` is a ``kubernetes.client.ApiClient``.
@@ -1053,7 +1213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run a control plane in the foreground until Ctrl-C, for people and `make dev-cluster`."""
     parser = argparse.ArgumentParser(
         prog="python -m gangsched_testing.devcluster",
-        description=f"A local kube-apiserver {K8S_VERSION} + etcd, with optional fake nodes.",
+        description=f"A local kube-apiserver {K8S_VERSION}, etcd and kube-controller-manager, "
+        "with optional fake nodes.",
     )
     parser.add_argument(
         "--nodes",
@@ -1097,6 +1258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 agent_api = stack.enter_context(cp.api_client())
                 stack.enter_context(fakenodes.NodeAgent(api_client=agent_api))
             print(f"# kube-apiserver {K8S_VERSION} ready at {cp.server} in {cp.startup_seconds:.1f}s")
+            if not cp.controller_manager:
+                print("# no kube-controller-manager (binary not built): no ResourceClaims from templates")
             if names:
                 print(f"# {len(names)} fake nodes: {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}")
             print(f"# logs: {cp.log_path}")

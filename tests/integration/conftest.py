@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from gangsched_testing import devcluster, fakenodes
+from gangsched_testing import devcluster, fakedra, fakenodes
 from gangsched_testing.kube import Operator, ensure_crd, start_operator
 
 _HERE = Path(__file__).parent
@@ -124,3 +124,30 @@ def operator_factory(
     for op in started:
         text = op.log_text()
         assert "Traceback" not in text, f"the operator logged a traceback:\n{op.tail(80)}"
+
+
+@pytest.fixture
+def controller_manager(control_plane: devcluster.ControlPlane) -> devcluster.ControlPlane:
+    """The control plane with kube-controller-manager healthy (DRA tests); skips without it."""
+    if not control_plane.controller_manager:
+        pytest.skip("no kube-controller-manager (`make control-plane` builds it)")
+    control_plane.wait_controller_manager()
+    return control_plane
+
+
+FakeDra = Callable[[fakedra.NodeDevices, Sequence[str]], list[dict[str, Any]]]
+
+
+@pytest.fixture
+def fake_dra(admin_api: client.ApiClient) -> Iterator[FakeDra]:
+    """Publish a fake driver's slices with `fake_dra(NodeDevices(...), nodes)` (the drivers'
+    DeviceClasses are created too); the slices are removed after the test."""
+    published: set[str] = set()
+
+    def publish(spec: fakedra.NodeDevices, nodes: Sequence[str]) -> list[dict[str, Any]]:
+        fakedra.ensure_device_classes(admin_api)
+        published.update(nodes)
+        return fakedra.publish(admin_api, spec, nodes)
+
+    yield publish
+    fakedra.unpublish(admin_api, published)
