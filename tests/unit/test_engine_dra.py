@@ -7,7 +7,7 @@ from typing import Any
 
 from gangsched.engine import CycleResult, GroupDecision, group, schedule_cycle
 from gangsched.engine.types import PodDevice
-from gangsched.model import Node, Pod, PodGroup
+from gangsched.model import Node, Pod, PodGroup, Reason
 from gangsched_testing import dra
 from gangsched_testing.builders import RACK, node, pod, pod_group, topology_nodes
 
@@ -395,6 +395,7 @@ def test_a_missing_claim_keeps_the_group_waiting() -> None:
     objects = [dra.gpu_class(), dra.node_slice("a", dra.gpus(1))]
     named = run([bare("a")], dra.claim_pods("w", 1, "g", {"gpu": "nope"}), [pod_group("g", 1)], objects)
     assert "waiting for ResourceClaim ml/nope (claim gpu)" in decision(named, "g").message
+    assert decision(named, "g").reason == Reason.WAITING_FOR_RESOURCE_CLAIMS
     templated = run(
         [bare("a")], dra.claim_pods("w", 1, "g", {"gpu": "template:nope"}), [pod_group("g", 1)], objects
     )
@@ -415,7 +416,9 @@ def test_a_missing_device_class_is_named() -> None:
 def test_claims_without_any_dra_objects_wait() -> None:
     members = dra.claim_pods("w", 1, "g", {"gpu": "template:t"})
     result = schedule_cycle(nodes=[bare("a")], pods=members, pod_groups=[pod_group("g", 1)])
-    assert "no DRA objects are known" in decision(result, "g").message
+    d = decision(result, "g")
+    assert d.reason == Reason.WAITING_FOR_RESOURCE_CLAIMS
+    assert "waiting for the ResourceClaim of template t (claim gpu) to be created" in d.message
 
 
 def test_selector_errors_are_reasons_never_matches() -> None:

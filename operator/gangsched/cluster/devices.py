@@ -130,13 +130,18 @@ class DeviceCache:
         if kind == RESOURCE_SLICES:
             slice_ = parse_resource_slice(body)
             old_slice = self.slices.get(key[1])
-            if old_slice is not None and old_slice == slice_:
+            if (
+                old_slice is not None
+                and dataclasses.replace(old_slice, resource_version=slice_.resource_version) == slice_
+            ):
                 return False  # keep the old object: device tables are cached by it
             self.slices[key[1]] = slice_
             return True
         device_class = parse_device_class(body)
         old_class = self.classes.get(key[1])
-        if old_class is not None and old_class == device_class:
+        if old_class is not None and dataclasses.replace(
+            old_class, resource_version=""
+        ) == dataclasses.replace(device_class, resource_version=""):
             return False
         self.classes[key[1]] = device_class
         return True

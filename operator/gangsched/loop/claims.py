@@ -307,8 +307,10 @@ class ClaimStep:
         while True:
             for key in list(waiting):
                 body = await self.live.read_claim(*key)
-                if body is None:
-                    return f"ResourceClaim {key[0]}/{key[1]} was deleted while waiting for binding conditions"
+                if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+                    return (
+                        f"ResourceClaim {key[0]}/{key[1]} is being deleted (waiting for binding conditions)"
+                    )
                 ready, failure = binding_state(body.get("status") or {}, waiting[key])
                 if failure is not None:
                     self._hold_back(waiting)

@@ -1,0 +1,508 @@
+"""`gangsched run` with DRA on the real control plane: kube-apiserver, etcd and
+kube-controller-manager (resourceclaim controller, garbage collector) v1.36.3, with the fake
+driver's ResourceSlices. Every test ends with `check_claims`: no device allocated to two
+claims, and every allocated claim reserved only for consumers that exist."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+from conftest import FakeDra
+from kubernetes import client
+from operator_support import (
+    Operator,
+    all_bound,
+    bound_nodes,
+    condition,
+    create_pod_group,
+    create_pods,
+    events,
+    get_pod_group,
+    wait_until,
+)
+
+from gangsched._rawapi import request_json
+from gangsched_testing import devcluster, dra, fakedra, fakenodes
+from gangsched_testing.builders import pod_group_manifest, pod_manifest
+
+pytestmark = pytest.mark.integration
+
+BLOCK = "example.com/block"
+RACK = "example.com/rack"
+NodeFactory = Callable[[fakenodes.NodeSet], list[str]]
+OperatorFactory = Callable[..., Operator]
+Json = dict[str, Any]
+FINALIZER = "resource.kubernetes.io/delete-protection"
+MODEL = f'device.attributes["{dra.GPU_DRIVER}"].model'
+
+
+def prefix() -> str:
+    return f"d{uuid.uuid4().hex[:5]}-"
+
+
+def nodes(fake_nodes: NodeFactory, *, blocks: int = 1, racks: int = 2, hosts: int = 2) -> list[str]:
+    shape = fakenodes.TopologyShape(zones=1, blocks=blocks, racks=racks, hosts=hosts)
+    return fake_nodes(fakenodes.NodeSet(shape=shape, name_prefix=prefix()))
+
+
+def claim_pod(name: str, group: str, claims: Mapping[str, str], **options: Any) -> Json:
+    """A member pod whose container uses `claims` (entry -> "template:<name>" or a claim name)."""
+    body = pod_manifest(name, group, **options)
+    entries = []
+    for entry, source in claims.items():
+        if source.startswith("template:"):
+            entries.append({"name": entry, "resourceClaimTemplateName": source.removeprefix("template:")})
+        else:
+            entries.append({"name": entry, "resourceClaimName": source})
+    body["spec"]["resourceClaims"] = entries
+    container = body["spec"]["containers"][0]
+    container.setdefault("resources", {})["claims"] = [{"name": e} for e in claims]
+    return body
+
+
+def gang(group: str, size: int, claims: Mapping[str, str], **options: Any) -> list[Json]:
+    return [claim_pod(f"{group}-{i}", group, claims, **options) for i in range(size)]
+
+
+def create(api: client.ApiClient, namespace: str, body: Mapping[str, Any]) -> Json:
+    kind = body["kind"]
+    plural = {"ResourceClaimTemplate": "resourceclaimtemplates", "ResourceClaim": "resourceclaims"}[kind]
+    path = f"/apis/{dra.API_VERSION}/namespaces/{namespace}/{plural}"
+    meta = {**body["metadata"], "namespace": namespace}
+    result: Json = request_json(api, "POST", path, body={**body, "metadata": meta})
+    return result
+
+
+def list_claims(api: client.ApiClient, namespace: str | None = None) -> list[Json]:
+    path = (
+        f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaims"
+        if namespace
+        else f"/apis/{dra.API_VERSION}/resourceclaims"
+    )
+    items: list[Json] = request_json(api, "GET", path)["items"]
+    return items
+
+
+def pod_claims(api: client.ApiClient, namespace: str, pod: str) -> list[Json]:
+    """The claims of `pod` (through its resourceClaimStatuses or resourceClaimName)."""
+    body = request_json(api, "GET", f"/api/v1/namespaces/{namespace}/pods/{pod}")
+    names = {s["name"]: s.get("resourceClaimName") for s in body["status"].get("resourceClaimStatuses") or []}
+    out = []
+    for entry in body["spec"].get("resourceClaims") or []:
+        name = entry.get("resourceClaimName") or names.get(entry["name"])
+        if name:
+            out.append(
+                request_json(
+                    api, "GET", f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaims/{name}"
+                )
+            )
+    return out
+
+
+def get_claim(api: client.ApiClient, namespace: str, name: str) -> Json:
+    result: Json = request_json(
+        api, "GET", f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaims/{name}"
+    )
+    return result
+
+
+def devices_of(claim: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(request, driver, pool, device) of an allocated claim."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return [
+        (r["request"], r["driver"], r["pool"], r["device"])
+        for r in (allocation.get("devices") or {}).get("results") or []
+    ]
+
+
+def check_claims(api: client.ApiClient) -> None:
+    """No device allocated to two claims; every allocated claim reserved only for consumers
+    that exist (pods by uid)."""
+    holders: dict[tuple[str, str, str], str] = {}
+    pods = request_json(api, "GET", "/api/v1/pods")["items"]
+    uids = {p["metadata"]["uid"] for p in pods}
+    for claim in list_claims(api):
+        name = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
+        allocation = (claim.get("status") or {}).get("allocation")
+        for r in ((allocation or {}).get("devices") or {}).get("results") or []:
+            if r.get("adminAccess"):
+                continue
+            device = (r["driver"], r["pool"], r["device"])
+            assert device not in holders, f"{'/'.join(device)} allocated to {holders[device]} and {name}"
+            holders[device] = name
+        for ref in (claim.get("status") or {}).get("reservedFor") or []:
+            if ref.get("resource") == "pods":
+                assert ref["uid"] in uids, f"{name} reserved for pod {ref['name']} that does not exist"
+
+
+@pytest.fixture(autouse=True)
+def _dra_cluster(controller_manager: devcluster.ControlPlane) -> None:
+    """Every test here needs the resourceclaim controller."""
+
+
+def test_gang_with_a_claim_template_lands_in_one_rack_with_distinct_gpus(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    fake_dra: FakeDra,
+    node_agent: fakenodes.NodeAgent,
+    operator_factory: OperatorFactory,
+) -> None:
+    names = nodes(fake_nodes, blocks=1, racks=2, hosts=2)
+    fake_dra(fakedra.NodeDevices(gpus=4), names)
+    operator_factory()
+    create(admin_api, namespace, dra.claim_template(namespace, "one-gpu", dra.request("gpu")))
+    create_pod_group(
+        admin_api,
+        namespace,
+        pod_group_manifest("train", 8, topology=[(BLOCK, "Required"), (RACK, "Required")]),
+    )
+    create_pods(admin_api, namespace, gang("train", 8, {"gpu": "template:one-gpu"}))
+    placed = wait_until(all_bound(admin_api, namespace, "train", 8), timeout=60, what="8 pods bound")
+    racks = {n.rsplit("-", 1)[0] for n in placed.values()}
+    assert len(racks) == 1, placed
+    seen: set[tuple[str, str, str]] = set()
+    for pod, node in placed.items():
+        [claim] = pod_claims(admin_api, namespace, pod)
+        status = claim["status"]
+        [(request, _, pool, device)] = devices_of(claim)
+        assert request == "gpu"
+        assert pool == node, f"{pod} on {node} got a device of pool {pool}"
+        seen.add((dra.GPU_DRIVER, pool, device))
+        assert status["allocation"].get("allocationTimestamp")
+        assert status["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [
+            node
+        ]
+        assert [r["name"] for r in status["reservedFor"]] == [pod]
+        assert FINALIZER in claim["metadata"]["finalizers"]
+    assert len(seen) == 8
+    pg = get_pod_group(admin_api, namespace, "train")
+    assert condition(pg).get("reason") in ("Scheduled", None) or pg["status"]["scheduled"] == 8
+    check_claims(admin_api)
+    # Finished pods: the resourceclaim controller takes the reservation back and deallocates.
+    for i in range(8):
+        node_agent.finish_pod(namespace=namespace, name=f"train-{i}")
+    wait_until(
+        lambda: all(not (c.get("status") or {}).get("allocation") for c in list_claims(admin_api, namespace)),
+        timeout=30,
+        what="claims deallocated after the pods finished",
+    )
+    check_claims(admin_api)
+
+
+def claimed(api: client.ApiClient, namespace: str, group: str, size: int) -> dict[str, list[tuple[str, ...]]]:
+    """pod -> its claims' (request, driver, pool, device), once all `size` pods are bound."""
+    placed = wait_until(
+        all_bound(api, namespace, group, size), timeout=60, what=f"{group}: {size} pods bound"
+    )
+    return {pod: [d for c in pod_claims(api, namespace, pod) for d in devices_of(c)] for pod in placed}
+
+
+def test_first_available_takes_a100_for_the_whole_gang_when_h100s_are_busy(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    fake_dra: FakeDra,
+    operator_factory: OperatorFactory,
+) -> None:
+    names = fake_nodes(fakenodes.NodeSet(count=4, name_prefix=prefix()))
+    fake_dra(fakedra.NodeDevices(gpus=4, gpu_model="H100"), names[:2])
+    fake_dra(fakedra.NodeDevices(gpus=4, gpu_model="A100"), names[2:])
+    operator_factory()
+    h100 = dra.request("h100", selectors=[f'{MODEL} == "H100"'])
+    a100 = dra.request("a100", selectors=[f'{MODEL} == "A100"'])
+    create(admin_api, namespace, dra.claim_template(namespace, "h100", h100))
+    create(
+        admin_api,
+        namespace,
+        dra.claim_template(namespace, "h100-or-a100", dra.first_available("gpu", h100, a100)),
+    )
+    # Six of the eight H100s busy.
+    create_pod_group(admin_api, namespace, pod_group_manifest("busy", 6))
+    create_pods(admin_api, namespace, gang("busy", 6, {"gpu": "template:h100"}))
+    busy = claimed(admin_api, namespace, "busy", 6)
+    assert all(pool in names[:2] for devices in busy.values() for _, _, pool, _ in devices)
+    create_pod_group(admin_api, namespace, pod_group_manifest("train", 4))
+    create_pods(admin_api, namespace, gang("train", 4, {"gpu": "template:h100-or-a100"}))
+    train = claimed(admin_api, namespace, "train", 4)
+    for pod, devices in train.items():
+        [(request, _, pool, _)] = devices
+        assert request == "gpu/a100", f"{pod}: {devices}"
+        assert pool in names[2:]
+    message = condition(get_pod_group(admin_api, namespace, "train"))["message"]
+    assert message.endswith("; devices: gpu/a100"), message
+    check_claims(admin_api)
+
+
+def test_mig_partitions_never_hand_out_a_gpu_and_its_slices(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    fake_dra: FakeDra,
+    operator_factory: OperatorFactory,
+) -> None:
+    names = fake_nodes(fakenodes.NodeSet(count=1, name_prefix=prefix()))
+    fake_dra(fakedra.NodeDevices(gpus=1, partitions=fakedra.MIG_PROFILES), names)
+    operator_factory()
+    profile = f'device.attributes["{dra.GPU_DRIVER}"].profile'
+    create(
+        admin_api,
+        namespace,
+        dra.claim_template(namespace, "mig-1g", dra.request("mig", selectors=[f'{profile} == "1g"'])),
+    )
+    create(
+        admin_api,
+        namespace,
+        dra.claim_template(namespace, "whole", dra.request("gpu", selectors=[f'{profile} == "full"'])),
+    )
+    create_pod_group(admin_api, namespace, pod_group_manifest("serve", 3))
+    create_pods(admin_api, namespace, gang("serve", 3, {"mig": "template:mig-1g"}))
+    serve = claimed(admin_api, namespace, "serve", 3)
+    assert len({d for devices in serve.values() for d in devices}) == 3
+    assert all(d[3].startswith("gpu-0-1g-") for devices in serve.values() for d in devices)
+    # The whole GPU shares its counters with the slices: it cannot be handed out now.
+    create_pod_group(admin_api, namespace, pod_group_manifest("full", 1))
+    create_pods(admin_api, namespace, gang("full", 1, {"gpu": "template:whole"}))
+    pg = wait_until(
+        lambda: (
+            (g := get_pod_group(admin_api, namespace, "full"))["status"].get("phase") == "Unschedulable" and g
+        ),
+        timeout=30,
+        what="the whole-GPU gang Unschedulable",
+    )
+    assert bound_nodes(admin_api, namespace, "full") == {}
+    assert "device" in condition(pg)["message"], condition(pg)
+    # Seven 1g slices use the GPU up: four more fit, an eighth does not.
+    create_pod_group(admin_api, namespace, pod_group_manifest("more", 4))
+    create_pods(admin_api, namespace, gang("more", 4, {"mig": "template:mig-1g"}))
+    claimed(admin_api, namespace, "more", 4)
+    check_claims(admin_api)
+
+
+def test_a_tainted_device_is_skipped_unless_the_claim_tolerates_it(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    fake_dra: FakeDra,
+    operator_factory: OperatorFactory,
+) -> None:
+    names = fake_nodes(fakenodes.NodeSet(count=1, name_prefix=prefix()))
+    taint = fakedra.DeviceTaint(key="example.com/ecc", effect="NoSchedule")
+    fake_dra(fakedra.NodeDevices(gpus=2, taints={"gpu-0": [taint]}), names)
+    operator_factory()
+    create(admin_api, namespace, dra.claim_template(namespace, "plain", dra.request("gpu")))
+    tolerant = dra.request(
+        "gpu", tolerations=[{"key": "example.com/ecc", "operator": "Exists", "effect": "NoSchedule"}]
+    )
+    create(admin_api, namespace, dra.claim_template(namespace, "tolerant", tolerant))
+    create_pod_group(admin_api, namespace, pod_group_manifest("a", 1))
+    create_pods(admin_api, namespace, gang("a", 1, {"gpu": "template:plain"}))
+    [[(_, _, _, device)]] = claimed(admin_api, namespace, "a", 1).values()
+    assert device == "gpu-1"
+    create_pod_group(admin_api, namespace, pod_group_manifest("b", 1))
+    create_pods(admin_api, namespace, gang("b", 1, {"gpu": "template:plain"}))
+    pg = wait_until(
+        lambda: (
+            (g := get_pod_group(admin_api, namespace, "b"))["status"].get("phase") == "Unschedulable" and g
+        ),
+        timeout=30,
+        what="an untolerating gang Unschedulable",
+    )
+    assert "tainted example.com/ecc" in condition(pg)["message"], condition(pg)
+    create_pod_group(admin_api, namespace, pod_group_manifest("c", 1))
+    create_pods(admin_api, namespace, gang("c", 1, {"gpu": "template:tolerant"}))
+    [[(_, _, _, device)]] = claimed(admin_api, namespace, "c", 1).values()
+    assert device == "gpu-0"
+    check_claims(admin_api)
+
+
+def test_gpu_and_nic_are_aligned_on_one_pcie_root(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    fake_dra: FakeDra,
+    operator_factory: OperatorFactory,
+) -> None:
+    names = fake_nodes(fakenodes.NodeSet(count=2, name_prefix=prefix()))
+    fake_dra(fakedra.NodeDevices(gpus=4, nics=2, pcie_roots=2), names)
+    operator_factory()
+    template = dra.claim_template(
+        namespace,
+        "gpu-nic",
+        dra.request("gpu"),
+        dra.request("nic", dra.NIC_DRIVER),
+        constraints=[dra.match_attribute(dra.PCIE_ROOT)],
+    )
+    create(admin_api, namespace, template)
+    create_pod_group(admin_api, namespace, pod_group_manifest("ddp", 4))
+    create_pods(admin_api, namespace, gang("ddp", 4, {"dev": "template:gpu-nic"}))
+    slices = {
+        (s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"]): d["attributes"][dra.PCIE_ROOT]["string"]
+        for s in fakedra.list_slices(admin_api)
+        for d in s["spec"].get("devices") or []
+        if dra.PCIE_ROOT in (d.get("attributes") or {})
+    }
+    nics = set()
+    for pod, devices in claimed(admin_api, namespace, "ddp", 4).items():
+        roots = {slices[(driver, pool, device)] for _, driver, pool, device in devices}
+        assert len(devices) == 2, f"{pod}: {devices}"
+        assert len(roots) == 1, f"{pod}: {devices}"
+        nics.update((pool, device) for _, driver, pool, device in devices if driver == dra.NIC_DRIVER)
+    assert len(nics) == 4
+    check_claims(admin_api)
+
+
+def test_binding_conditions_hold_the_bindings_until_true(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    fake_dra: FakeDra,
+    operator_factory: OperatorFactory,
+) -> None:
+    names = fake_nodes(fakenodes.NodeSet(count=2, name_prefix=prefix()))
+    binding = {"gpu-0": fakedra.BindingConditions()}
+    fake_dra(fakedra.NodeDevices(gpus=1, binding=binding), names)
+    operator_factory()
+    create(admin_api, namespace, dra.claim_template(namespace, "one", dra.request("gpu")))
+    create_pod_group(admin_api, namespace, pod_group_manifest("attach", 2))
+    create_pods(admin_api, namespace, gang("attach", 2, {"gpu": "template:one"}))
+
+    def reserved() -> list[Json]:
+        claims = [c for c in list_claims(admin_api, namespace) if (c.get("status") or {}).get("reservedFor")]
+        return claims if len(claims) == 2 else []
+
+    claims = wait_until(reserved, timeout=30, what="both claims allocated and reserved")
+    time.sleep(3)
+    assert bound_nodes(admin_api, namespace, "attach") == {}, "bound before the binding conditions were true"
+    pending = [
+        e for e in events(admin_api, namespace, name="attach") if e["reason"] == "BindingConditionsPending"
+    ]
+    assert pending, "no BindingConditionsPending Event"
+    for claim in claims:
+        [(_, driver, pool, device)] = devices_of(claim)
+        fakedra.set_device_condition(
+            admin_api, namespace, claim["metadata"]["name"], driver, pool, device, fakedra.ATTACHED, True
+        )
+    wait_until(all_bound(admin_api, namespace, "attach", 2), timeout=30, what="bound after the conditions")
+    check_claims(admin_api)
+
+
+def test_a_binding_failure_undoes_the_gang_and_it_lands_elsewhere(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    fake_dra: FakeDra,
+    operator_factory: OperatorFactory,
+) -> None:
+    first, second = fake_nodes(fakenodes.NodeSet(count=2, name_prefix=prefix()))
+    fake_dra(fakedra.NodeDevices(gpus=1, binding={"gpu-0": fakedra.BindingConditions()}), [first])
+    operator_factory()
+    create(admin_api, namespace, dra.claim_template(namespace, "one", dra.request("gpu")))
+    create_pod_group(admin_api, namespace, pod_group_manifest("attach", 1))
+    create_pods(admin_api, namespace, gang("attach", 1, {"gpu": "template:one"}))
+
+    def allocated() -> Json | None:
+        claims = [c for c in list_claims(admin_api, namespace) if (c.get("status") or {}).get("reservedFor")]
+        return claims[0] if claims else None
+
+    claim = wait_until(allocated, timeout=30, what="the claim allocated on the first node")
+    [(_, driver, pool, device)] = devices_of(claim)
+    assert pool == first
+    fake_dra(fakedra.NodeDevices(gpus=1), [second])
+    fakedra.set_device_condition(
+        admin_api, namespace, claim["metadata"]["name"], driver, pool, device, fakedra.ATTACH_FAILED, True
+    )
+    [[(_, _, pool, _)]] = claimed(admin_api, namespace, "attach", 1).values()
+    assert pool == second
+    failed = [e for e in events(admin_api, namespace, name="attach") if e["reason"] == "BindingFailed"]
+    assert failed
+    assert "attach-failed" in failed[0]["message"], failed
+    check_claims(admin_api)
+
+
+def test_a_claim_deleted_mid_gang_aborts_and_nothing_stays_reserved(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    fake_dra: FakeDra,
+    operator_factory: OperatorFactory,
+) -> None:
+    names = fake_nodes(fakenodes.NodeSet(count=2, name_prefix=prefix()))
+    fake_dra(fakedra.NodeDevices(gpus=2, binding={"gpu-0": fakedra.BindingConditions()}), names)
+    operator_factory()
+    # Named claims, created by the test: one of them goes away while the gang waits.
+    for i in range(2):
+        create(admin_api, namespace, dra.claim(namespace, f"c-{i}", dra.request("gpu", count=2)))
+    create_pod_group(admin_api, namespace, pod_group_manifest("g", 2))
+    create_pods(admin_api, namespace, [claim_pod(f"g-{i}", "g", {"gpu": f"c-{i}"}) for i in range(2)])
+    wait_until(
+        lambda: all(
+            (get_claim(admin_api, namespace, f"c-{i}").get("status") or {}).get("reservedFor")
+            for i in range(2)
+        ),
+        timeout=30,
+        what="both claims reserved (the gang waits for a binding condition)",
+    )
+    request_json(admin_api, "DELETE", f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaims/c-1")
+
+    def undone() -> bool:
+        survivor = get_claim(admin_api, namespace, "c-0")
+        status = survivor.get("status") or {}
+        return not status.get("reservedFor") and not status.get("allocation")
+
+    wait_until(undone, timeout=30, what="the other claim released and deallocated")
+    assert bound_nodes(admin_api, namespace, "g") == {}
+    # The deleted claim lost its allocation and our finalizer, so it is really gone.
+    wait_until(
+        lambda: all(c["metadata"]["name"] != "c-1" for c in list_claims(admin_api, namespace)),
+        timeout=30,
+        what="the deleted claim gone",
+    )
+    pg = wait_until(
+        lambda: (
+            (g := get_pod_group(admin_api, namespace, "g"))
+            and condition(g).get("reason") == "WaitingForResourceClaims"
+            and g
+        ),
+        timeout=30,
+        what="WaitingForResourceClaims",
+    )
+    assert "c-1" in condition(pg)["message"]
+    check_claims(admin_api)
+
+
+def test_operator_killed_between_claim_writes_and_bindings(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    fake_dra: FakeDra,
+    operator_factory: OperatorFactory,
+) -> None:
+    names = fake_nodes(fakenodes.NodeSet(count=2, name_prefix=prefix()))
+    fake_dra(fakedra.NodeDevices(gpus=4), names)
+    first = operator_factory(env={"GANGSCHED_FAULT_BIND_DELAY_SECONDS": "30"})
+    create(admin_api, namespace, dra.claim_template(namespace, "one", dra.request("gpu")))
+    create_pod_group(admin_api, namespace, pod_group_manifest("g", 4, timeout=5))
+    create_pods(admin_api, namespace, gang("g", 4, {"gpu": "template:one"}))
+
+    def all_reserved() -> bool:
+        claims = list_claims(admin_api, namespace)
+        return len(claims) == 4 and all((c.get("status") or {}).get("reservedFor") for c in claims)
+
+    wait_until(all_reserved, timeout=30, what="the gang's claims written")
+    first.kill()
+    assert bound_nodes(admin_api, namespace, "g") == {}
+    before = {c["metadata"]["name"]: devices_of(c) for c in list_claims(admin_api, namespace)}
+    # Another gang wants the free GPUs meanwhile: it must not get the reserved ones.
+    operator_factory()
+    create_pod_group(admin_api, namespace, pod_group_manifest("other", 4))
+    create_pods(admin_api, namespace, gang("other", 4, {"gpu": "template:one"}))
+    claimed(admin_api, namespace, "g", 4)
+    claimed(admin_api, namespace, "other", 4)
+    after = {c["metadata"]["name"]: devices_of(c) for c in list_claims(admin_api, namespace)}
+    assert all(after[name] == devices for name, devices in before.items())  # kept, never moved
+    check_claims(admin_api)

@@ -1,0 +1,185 @@
+"""The operator's DRA bookkeeping without a cluster: which claim writes a gang needs, binding
+conditions read from status.devices, the DRA cache (stale events, vanished objects, assumed
+allocations) and the KEP-5647 rule for our claim writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gangsched.cluster import ClusterCache
+from gangsched.cluster.devices import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES, DeviceCache
+from gangsched.engine import schedule_cycle
+from gangsched.loop.claims import ClaimError, binding_state, plan_claims
+from gangsched.model.dra import ConsumerRef, parse_resource_claim
+from gangsched_testing import dra
+from gangsched_testing.builders import node, pod_group
+
+GPU = dra.GPU_DRIVER
+
+
+def claim_body(name: str, rv: str, **options: Any) -> dict[str, Any]:
+    body = dra.claim("ml", name, **options)
+    body["metadata"].update(resourceVersion=rv, uid=f"uid-{name}")
+    return body
+
+
+def members(claims: list[str]) -> list[Any]:
+    """Pods w-0, w-1, ... of group g, each with one claim entry "gpu" naming claims[i]."""
+    return [dra.claim_pod(f"w-{i}", "g", {"gpu": name}, uid=f"pod-{i}") for i, name in enumerate(claims)]
+
+
+def with_rv(body: dict[str, Any], rv: str) -> dict[str, Any]:
+    return {**body, "metadata": {**body["metadata"], "resourceVersion": rv}}
+
+
+# --------------------------------------------------------------------------- plan_claims
+
+
+def test_plan_claims_allocates_new_claims_and_reserves_each_user_once() -> None:
+    pods = members(["w-0-gpu", "w-1-gpu"])
+    bodies = [claim_body(f"w-{i}-gpu", "5") for i in range(2)]
+    claims = {("ml", f"w-{i}-gpu"): parse_resource_claim(bodies[i]) for i in range(2)}
+    objects = dra.dra_objects([dra.gpu_class(), dra.node_slice("a", dra.gpus(2)), *bodies], pods)
+    result = schedule_cycle(nodes=[node("a", gpu=0)], pods=pods, pod_groups=[pod_group("g", 2)], dra=objects)
+    decision = result.decisions[0]
+    assert decision.scheduled, decision.message
+    work = plan_claims([(p, "a") for p in pods], decision.allocations, claims)
+    assert sorted(w.key for w in work) == sorted(claims)
+    for w in work:
+        assert w.allocation is not None
+        assert [p.name for p in w.consumers] == [w.key[1].removesuffix("-gpu")]
+
+
+def test_plan_claims_only_reserves_an_allocated_claim_and_skips_reserved_pods() -> None:
+    pods = members(["shared", "shared"])
+    allocated = parse_resource_claim(
+        claim_body("shared", "5", allocated=[("gpu", GPU, "a", "gpu-0")], node="a")
+    )
+    allocated.reserved_for = (ConsumerRef("", "pods", "w-0", pods[0].uid),)
+    [work] = plan_claims([(p, "a") for p in pods], {}, {("ml", "shared"): allocated})
+    assert work.allocation is None
+    assert [p.name for p in work.consumers] == ["w-1"]
+    allocated.reserved_for += (ConsumerRef("", "pods", "w-1", pods[1].uid),)
+    assert plan_claims([(p, "a") for p in pods], {}, {("ml", "shared"): allocated}) == []
+
+
+def test_plan_claims_refuses_missing_or_unallocated_claims() -> None:
+    [pod] = members(["c"])
+    with pytest.raises(ClaimError, match="ResourceClaim ml/c does not exist"):
+        plan_claims([(pod, "a")], {}, {})
+    unallocated = parse_resource_claim(claim_body("c", "3"))
+    with pytest.raises(ClaimError, match="has no allocation"):
+        plan_claims([(pod, "a")], {}, {("ml", "c"): unallocated})
+
+
+# --------------------------------------------------------------------------- binding conditions
+
+
+def test_binding_state_waits_for_every_condition_and_stops_at_a_failure() -> None:
+    device = ((GPU, "a", "gpu-0"), ["attached", "ready"], ["failed"])
+
+    def status(**conditions: str) -> dict[str, Any]:
+        entries = [{"type": k, "status": v} for k, v in conditions.items()]
+        return {"devices": [{"driver": GPU, "pool": "a", "device": "gpu-0", "conditions": entries}]}
+
+    assert binding_state({}, [device]) == (False, None)
+    assert binding_state(status(attached="True"), [device]) == (False, None)
+    assert binding_state(status(attached="True", ready="True"), [device]) == (True, None)
+    ready, failure = binding_state(status(attached="True", ready="True", failed="True"), [device])
+    assert not ready
+    assert failure == f"device {GPU}/a/gpu-0: binding failure condition failed is True"
+
+
+# --------------------------------------------------------------------------- the DRA cache
+
+
+def test_device_cache_ignores_stale_events_and_unchanged_slices() -> None:
+    cache = DeviceCache()
+    slice_ = dra.node_slice("a", dra.gpus(2))
+    slice_["metadata"]["resourceVersion"] = "10"
+    assert cache.apply(RESOURCE_SLICES, "ADDED", slice_)
+    held = cache.slices[slice_["metadata"]["name"]]
+    assert not cache.apply(RESOURCE_SLICES, "MODIFIED", with_rv(slice_, "11"))  # same content
+    assert cache.slices[slice_["metadata"]["name"]] is held  # device tables are cached by it
+    older = dra.node_slice("a", dra.gpus(1))
+    older["metadata"]["resourceVersion"] = "9"
+    assert not cache.apply(RESOURCE_SLICES, "MODIFIED", older)
+    assert len(cache.slices[slice_["metadata"]["name"]].devices) == 2
+
+
+def test_device_cache_reports_vanished_objects_and_invalid_ones() -> None:
+    cache = DeviceCache()
+    gpu_class = {**dra.gpu_class(), "metadata": {"name": GPU, "resourceVersion": "4"}}
+    cache.apply(DEVICE_CLASSES, "ADDED", gpu_class)
+    later = {**dra.gpu_class("late"), "metadata": {"name": "late", "resourceVersion": "20"}}
+    cache.apply(DEVICE_CLASSES, "ADDED", later)
+    # A LIST at 10 shows neither: the first vanished, the second is newer than the LIST.
+    assert cache.vanished(DEVICE_CLASSES, [], "10") == [("", GPU)]
+    broken = claim_body("broken", "7")
+    broken["spec"] = {"devices": {"requests": [{"name": "x", "exactly": {"count": "many"}}]}}
+    assert not cache.apply(RESOURCE_CLAIMS, "ADDED", broken)
+    assert ("resourceclaims", "ml", "broken") in cache.invalid
+
+
+def test_assumed_allocations_take_devices_until_forgotten() -> None:
+    cache = ClusterCache()
+    for body in (dra.gpu_class(), dra.node_slice("a", dra.gpus(1))):
+        kind = DEVICE_CLASSES if body["kind"] == "DeviceClass" else RESOURCE_SLICES
+        cache.apply_dra(kind, "ADDED", body)
+    pods = members(["w-0-gpu", "w-1-gpu"])
+    for i in range(2):
+        cache.apply_dra(RESOURCE_CLAIMS, "ADDED", claim_body(f"w-{i}-gpu", str(10 + i)))
+    first = schedule_cycle(
+        nodes=[node("a", gpu=0)], pods=pods[:1], pod_groups=[pod_group("g", 1)], dra=cache.devices.objects(0)
+    )
+    allocations = first.decisions[0].allocations
+    assert allocations
+    generation = cache.generation
+    cache.assume_allocations(allocations)
+    assert cache.generation > generation
+    # The next cycle sees the only GPU taken by the assumed allocation.
+    second = schedule_cycle(
+        nodes=[node("a", gpu=0)],
+        pods=pods[1:],
+        pod_groups=[pod_group("g", 1)],
+        dra=cache.devices.objects(0),
+    )
+    assert not second.decisions[0].scheduled
+    cache.forget_allocations(allocations)
+    third = schedule_cycle(
+        nodes=[node("a", gpu=0)],
+        pods=pods[1:],
+        pod_groups=[pod_group("g", 1)],
+        dra=cache.devices.objects(0),
+    )
+    assert third.decisions[0].scheduled
+
+
+def test_a_group_waits_until_the_watch_shows_our_claim_write() -> None:
+    cache = ClusterCache()
+    cache.apply_dra(RESOURCE_CLAIMS, "ADDED", claim_body("c", "10"))
+    written = claim_body("c", "15", allocated=[("gpu", GPU, "a", "gpu-0")], node="a")
+    cache.wrote_claim(("ml", "g"), written)
+    assert cache.devices.claims[("ml", "c")].allocation is not None  # held at once
+    assert cache.caught_up(("ml", "g")) is False
+    cache.apply_dra(RESOURCE_CLAIMS, "MODIFIED", claim_body("c", "12"))  # an older event
+    assert cache.devices.claims[("ml", "c")].allocation is not None  # not rolled back
+    assert cache.caught_up(("ml", "g")) is False
+    cache.apply_dra(RESOURCE_CLAIMS, "MODIFIED", written)
+    assert cache.caught_up(("ml", "g")) is True
+    assert cache.pending_claims(("ml", "g")) == []
+
+
+def test_held_back_devices_are_not_handed_out_until_their_time() -> None:
+    cache = DeviceCache()
+    cache.apply(DEVICE_CLASSES, "ADDED", dra.gpu_class())
+    cache.apply(RESOURCE_SLICES, "ADDED", dra.node_slice("a", dra.gpus(1)))
+    cache.hold_back([(GPU, "a", "gpu-0")], until=100.0)
+    objects = cache.objects(50.0)
+    assert objects is not None
+    assert objects.unavailable == frozenset({(GPU, "a", "gpu-0")})
+    later = cache.objects(100.0)
+    assert later is not None
+    assert later.unavailable == frozenset()
