@@ -11,6 +11,7 @@ outside its job.
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.request
 import uuid
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import FakeDra
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_support import (
@@ -37,8 +39,8 @@ from operator_support import (
 
 from gangsched._rawapi import request_json
 from gangsched.model import GROUP, PLURAL, VERSION
-from gangsched_testing import devcluster, fakenodes
-from gangsched_testing.builders import gang_manifests, pod_group_manifest
+from gangsched_testing import devcluster, dra, fakedra, fakenodes
+from gangsched_testing.builders import gang_manifests, pod_group_manifest, pod_manifest
 
 pytestmark = pytest.mark.integration
 
@@ -447,3 +449,162 @@ def test_example_training_job_lands_in_one_block(
         lambda: get_pod_group(admin_api, namespace, group).get("status", {}).get("phase") == "Running",
         what="the example PodGroup Running",
     )
+
+
+def test_dra_gang_with_only_its_service_account(
+    control_plane: devcluster.ControlPlane,
+    admin_api: client.ApiClient,
+    installed: list[Body],
+    sa_token: str,
+    namespace: str,
+    fake_nodes: Callable[[fakenodes.NodeSet], list[str]],
+    fake_dra: FakeDra,
+    operator_factory: Callable[..., Operator],
+) -> None:
+    """The DRA lines of the ClusterRole suffice: watch classes, slices and claims; write the
+    finalizer, allocation and reservedFor; undo (strategic merge patch, deallocation,
+    finalizer removed) after a binding failure condition."""
+    if not control_plane.controller_manager:
+        pytest.skip("no kube-controller-manager (`make control-plane` builds it)")
+    control_plane.wait_controller_manager()
+    first, second = fake_nodes(fakenodes.NodeSet(count=2, name_prefix=f"i{uuid.uuid4().hex[:5]}-"))
+    fake_dra(fakedra.NodeDevices(gpus=1, binding={"gpu-0": fakedra.BindingConditions()}), [first])
+    kubeconfig = control_plane.kubeconfig_for_token(token=sa_token)
+    args = deployment_args(installed)
+    op = operator_factory(
+        *args, kubeconfig=kubeconfig, env=deployment_env(installed, pod_name="gangsched-dra")
+    )
+    try:
+        template = dra.claim_template(namespace, "one", dra.request("gpu"))
+        request_json(
+            admin_api,
+            "POST",
+            f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaimtemplates",
+            body=template,
+        )
+        create_pod_group(admin_api, namespace, pod_group_manifest("dra", 1))
+        pod = pod_manifest("dra-0", "dra", namespace=namespace)
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
+        pod["spec"]["containers"][0].setdefault("resources", {})["claims"] = [{"name": "gpu"}]
+        create_pods(admin_api, namespace, [pod])
+        claims_path = f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaims"
+
+        def reserved() -> Body | None:
+            items = request_json(admin_api, "GET", claims_path)["items"]
+            return next((c for c in items if (c.get("status") or {}).get("reservedFor")), None)
+
+        claim = wait_until(reserved, timeout=30, what="the claim allocated and reserved with the SA token")
+        assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
+        result = claim["status"]["allocation"]["devices"]["results"][0]
+        fake_dra(fakedra.NodeDevices(gpus=1), [second])
+        fakedra.set_device_condition(
+            admin_api,
+            namespace,
+            claim["metadata"]["name"],
+            result["driver"],
+            result["pool"],
+            result["device"],
+            fakedra.ATTACH_FAILED,
+            True,
+        )
+        placed = wait_until(
+            all_bound(admin_api, namespace, "dra", 1), timeout=30, what="bound on the other node"
+        )
+        assert placed == {"dra-0": second}
+    finally:
+        op.stop()
+    denied = re.findall(
+        r".*(?:\b403\b|\b422\b|forbidden|not enough permissions).*", op.log_text(), re.IGNORECASE
+    )
+    assert not denied, "\n".join(denied[:20])
+
+
+def test_claim_status_writes_need_resourceclaims_binding(
+    control_plane: devcluster.ControlPlane,
+    admin_api: client.ApiClient,
+    installed: list[Body],
+    namespace: str,
+) -> None:
+    """Without `resourceclaims/binding` the apiserver refuses allocation and reservedFor writes
+    with 422, however much else the identity may do: the ClusterRole must carry it, bound by a
+    ClusterRoleBinding (the check is cluster-wide)."""
+    role = the(installed, "ClusterRole")
+    name = f"no-binding-{uuid.uuid4().hex[:5]}"
+    rules = [
+        {**r, "resources": [x for x in r["resources"] if x != "resourceclaims/binding"]}
+        for r in role["rules"]
+        if r["resources"] != ["resourceclaims/binding"]
+    ]
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    request_json(
+        admin_api,
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts",
+        body={"metadata": {"name": name}},
+    )
+    request_json(admin_api, "POST", f"{rbac}/clusterroles", body={"metadata": {"name": name}, "rules": rules})
+    binding = {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+    }
+    request_json(admin_api, "POST", f"{rbac}/clusterrolebindings", body=binding)
+    try:
+        claim = request_json(
+            admin_api,
+            "POST",
+            f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaims",
+            body=dra.claim(namespace, "c", dra.request("gpu")),
+        )
+        token = control_plane.mint_token(namespace=namespace, service_account=name)
+        allocation = {
+            "devices": {"results": [{"request": "gpu", "driver": dra.GPU_DRIVER, "pool": "p", "device": "d"}]}
+        }
+        patch = {
+            "metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
+            "status": {"allocation": allocation},
+        }
+
+        def write() -> None:
+            with control_plane.api_client(token=token) as api:
+                request_json(
+                    api,
+                    "PATCH",
+                    f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaims/c/status",
+                    body=patch,
+                    content_type="application/merge-patch+json",
+                )
+
+        wait_until(
+            lambda: _authorized_to_patch_status(control_plane, token, namespace), what="RBAC in effect"
+        )
+        with pytest.raises(ApiException) as refused:
+            write()
+        assert refused.value.status == 422
+        message = json.loads(refused.value.body)["message"]
+        assert 'requires resource="resourceclaims/binding"' in message, message
+    finally:
+        request_json(admin_api, "DELETE", f"{rbac}/clusterrolebindings/{name}")
+        request_json(admin_api, "DELETE", f"{rbac}/clusterroles/{name}")
+
+
+def _authorized_to_patch_status(control_plane: devcluster.ControlPlane, token: str, namespace: str) -> bool:
+    """The identity may patch resourceclaims/status (RBAC caches catch up within a moment)."""
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {
+            "resourceAttributes": {
+                "group": "resource.k8s.io",
+                "resource": "resourceclaims",
+                "subresource": "status",
+                "verb": "patch",
+                "namespace": namespace,
+            }
+        },
+    }
+    with control_plane.api_client(token=token) as api:
+        answer = request_json(
+            api, "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review
+        )
+    return bool(answer["status"].get("allowed"))
