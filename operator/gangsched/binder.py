@@ -242,6 +242,17 @@ class Binder:
         )
         return result
 
+    async def create_claim(self, body: Mapping[str, Any]) -> None:
+        """Create a ResourceClaim (a PodGroup's claim from its template); raises ApiException."""
+        namespace = body["metadata"]["namespace"]
+        await self.transport.call(
+            "POST", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims", body=dict(body)
+        )
+
+    async def delete_claim(self, namespace: str, name: str) -> None:
+        """Delete a ResourceClaim; raises ApiException (404 included)."""
+        await self.transport.call("DELETE", claim_path(namespace, name))
+
 
 def claim_finalizer_patch(rv: str, finalizers: Sequence[str]) -> dict[str, Any]:
     return {"metadata": {"resourceVersion": rv, "finalizers": list(finalizers)}}

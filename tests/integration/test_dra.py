@@ -506,3 +506,90 @@ def test_operator_killed_between_claim_writes_and_bindings(
     after = {c["metadata"]["name"]: devices_of(c) for c in list_claims(admin_api, namespace)}
     assert all(after[name] == devices for name, devices in before.items())  # kept, never moved
     check_claims(admin_api)
+
+
+FABRIC = "fabric.example.com"
+
+
+def fabric(api: client.ApiClient, channels: int) -> str:
+    """A network-attached driver: one slice of `channels` devices reachable from every node."""
+    name = f"fabric-{uuid.uuid4().hex[:5]}"
+    devices = [dra.device(f"channel-{i}", {"kind": "channel"}) for i in range(channels)]
+    body = {
+        "apiVersion": dra.API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": FABRIC,
+            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+            "allNodes": True,
+            "devices": devices,
+        },
+    }
+    request_json(api, "POST", f"/apis/{dra.API_VERSION}/resourceslices", body=body)
+    if not any(
+        c["metadata"]["name"] == FABRIC for c in request_json(api, "GET", fakedra.CLASSES_PATH)["items"]
+    ):
+        request_json(api, "POST", fakedra.CLASSES_PATH, body=dra.gpu_class(FABRIC, FABRIC))
+    return name
+
+
+def test_a_gang_shared_claim_is_allocated_once_reserved_for_the_group_and_cleaned_up(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    fake_dra: FakeDra,
+    node_agent: fakenodes.NodeAgent,
+    operator_factory: OperatorFactory,
+) -> None:
+    names = fake_nodes(fakenodes.NodeSet(count=2, name_prefix=prefix()))
+    fake_dra(fakedra.NodeDevices(gpus=4), names)
+    slice_name = fabric(admin_api, 2)
+    try:
+        operator_factory()
+        create(admin_api, namespace, dra.claim_template(namespace, "one", dra.request("gpu")))
+        create(admin_api, namespace, dra.claim_template(namespace, "channel", dra.request("ch", FABRIC)))
+        body = pod_group_manifest("ring", 6)
+        body["spec"]["resourceClaims"] = [{"name": "net", "resourceClaimTemplateName": "channel"}]
+        create_pod_group(admin_api, namespace, body)
+        create_pods(admin_api, namespace, gang("ring", 6, {"gpu": "template:one", "net": "ring-net"}))
+        wait_until(all_bound(admin_api, namespace, "ring", 6), timeout=60, what="the gang bound")
+        group = get_pod_group(admin_api, namespace, "ring")
+        net = get_claim(admin_api, namespace, "ring-net")
+        assert net["metadata"]["ownerReferences"][0]["uid"] == group["metadata"]["uid"]
+        # Reserved for the PodGroup (gangsched's write, before any Binding); the resourceclaim
+        # controller adds bound members as kubelet needs them (it knows no PodGroup CRD).
+        reserved = net["status"]["reservedFor"]
+        assert reserved[0] == {
+            "apiGroup": "scheduling.gangsched.io",
+            "resource": "podgroups",
+            "name": "ring",
+            "uid": group["metadata"]["uid"],
+        }
+        assert {r["name"] for r in reserved[1:]} <= {f"ring-{i}" for i in range(6)}
+        [(_, driver, _, _)] = devices_of(net)
+        assert driver == FABRIC
+        check_claims(admin_api)
+        # The claims may not change, nor be more than four.
+        changed = {"spec": {"resourceClaims": [{"name": "other", "resourceClaimName": "x"}]}}
+        with pytest.raises(client.exceptions.ApiException) as refused:
+            request_json(
+                admin_api,
+                "PATCH",
+                f"/apis/scheduling.gangsched.io/v1alpha1/namespaces/{namespace}/podgroups/ring",
+                body=changed,
+                content_type="application/merge-patch+json",
+            )
+        assert refused.value.status == 422
+        assert "resourceClaims is immutable" in str(refused.value.body)
+        # The group finishes: the claim is released, deallocated and deleted.
+        for i in range(6):
+            node_agent.finish_pod(namespace=namespace, name=f"ring-{i}")
+        wait_until(
+            lambda: all(c["metadata"]["name"] != "ring-net" for c in list_claims(admin_api, namespace)),
+            timeout=30,
+            what="the group's claim deleted after the group finished",
+        )
+        check_claims(admin_api)
+    finally:
+        request_json(admin_api, "DELETE", f"/apis/{dra.API_VERSION}/resourceslices/{slice_name}")

@@ -459,11 +459,13 @@ def test_dra_gang_with_only_its_service_account(
     namespace: str,
     fake_nodes: Callable[[fakenodes.NodeSet], list[str]],
     fake_dra: FakeDra,
+    node_agent: fakenodes.NodeAgent,
     operator_factory: Callable[..., Operator],
 ) -> None:
     """The DRA lines of the ClusterRole suffice: watch classes, slices and claims; write the
     finalizer, allocation and reservedFor; undo (strategic merge patch, deallocation,
-    finalizer removed) after a binding failure condition."""
+    finalizer removed) after a binding failure condition; a PodGroup's claim created from its
+    template and deleted when the group finishes."""
     if not control_plane.controller_manager:
         pytest.skip("no kube-controller-manager (`make control-plane` builds it)")
     control_plane.wait_controller_manager()
@@ -496,7 +498,7 @@ def test_dra_gang_with_only_its_service_account(
         claim = wait_until(reserved, timeout=30, what="the claim allocated and reserved with the SA token")
         assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
         result = claim["status"]["allocation"]["devices"]["results"][0]
-        fake_dra(fakedra.NodeDevices(gpus=1), [second])
+        fake_dra(fakedra.NodeDevices(gpus=2), [second])
         fakedra.set_device_condition(
             admin_api,
             namespace,
@@ -511,6 +513,23 @@ def test_dra_gang_with_only_its_service_account(
             all_bound(admin_api, namespace, "dra", 1), timeout=30, what="bound on the other node"
         )
         assert placed == {"dra-0": second}
+        group = pod_group_manifest("ring", 1)
+        group["spec"]["resourceClaims"] = [{"name": "net", "resourceClaimTemplateName": "one"}]
+        create_pod_group(admin_api, namespace, group)
+        member = pod_manifest("ring-0", "ring", namespace=namespace)
+        member["spec"]["resourceClaims"] = [{"name": "net", "resourceClaimName": "ring-net"}]
+        member["spec"]["containers"][0].setdefault("resources", {})["claims"] = [{"name": "net"}]
+        create_pods(admin_api, namespace, [member])
+        wait_until(
+            all_bound(admin_api, namespace, "ring", 1), timeout=30, what="the group claim's gang bound"
+        )
+        node_agent.finish_pod(namespace=namespace, name="ring-0")
+
+        def deleted() -> bool:
+            items = request_json(admin_api, "GET", claims_path)["items"]
+            return all(c["metadata"]["name"] != "ring-net" for c in items)
+
+        wait_until(deleted, timeout=30, what="the group's claim deleted")
     finally:
         op.stop()
     denied = re.findall(

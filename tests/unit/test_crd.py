@@ -58,6 +58,13 @@ CEL_RULES: dict[str, Callable[[Any], bool] | None] = {
         "has(self.priority) == has(oldSelf.priority) && (!has(self.priority) || "
         "self.priority == oldSelf.priority)"
     ): None,
+    (
+        "has(self.resourceClaims) == has(oldSelf.resourceClaims) && "
+        "(!has(self.resourceClaims) || self.resourceClaims == oldSelf.resourceClaims)"
+    ): None,
+    "has(self.resourceClaimName) != has(self.resourceClaimTemplateName)": lambda v: (
+        ("resourceClaimName" in v) != ("resourceClaimTemplateName" in v)
+    ),
 }
 
 INT32 = (-(2**31), 2**31 - 1)

@@ -71,6 +71,17 @@ class LiveReader:
             raise
         return result
 
+    async def read_claim_template(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """A ResourceClaimTemplate (None when it does not exist); templates are not watched."""
+        path = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates/{name}"
+        try:
+            result: Mapping[str, Any] = await self.transport.call("GET", path)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return result
+
     async def finished_members(self) -> list[Mapping[str, Any]]:
         """Finished pods of our PodGroups (the pod watch does not carry finished pods)."""
         out: list[Mapping[str, Any]] = []

@@ -54,7 +54,7 @@ from gangsched.engine.dra.pools import DeviceId
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.pipeline import GangPlan
 from gangsched.loop.report import Reporter
-from gangsched.model import EventReason, Pod
+from gangsched.model import GROUP, PLURAL, EventReason, Pod, PodGroup
 from gangsched.model.dra import ResourceClaim
 from gangsched.transport import error_message
 
@@ -77,6 +77,30 @@ class ClaimError(Exception):
     """Why a gang's claims cannot be written now (a reason, never a crash)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Consumer:
+    """A reservedFor entry: a pod, or a PodGroup for the group's own claims."""
+
+    name: str
+    uid: str
+    resource: str = "pods"
+    api_group: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        out = {"resource": self.resource, "name": self.name, "uid": self.uid}
+        if self.api_group:
+            out["apiGroup"] = self.api_group
+        return out
+
+    @classmethod
+    def of_pod(cls, pod: Pod) -> Consumer:
+        return cls(pod.name, pod.uid)
+
+    @classmethod
+    def of_group(cls, group: PodGroup) -> Consumer:
+        return cls(group.name, group.uid, PLURAL, GROUP)
+
+
 @dataclass(slots=True)
 class ClaimWork:
     """One claim of a gang: what to write, and what was written (for undo)."""
@@ -84,7 +108,8 @@ class ClaimWork:
     key: Key
     # The allocation to write; None when the claim is already allocated (only reserve).
     allocation: AllocationResult | None
-    consumers: list[Pod]
+    # Consumers to add to reservedFor: member pods, or the PodGroup for its group claims.
+    consumers: list[Consumer]
     finalizer_added: bool = False
     allocated: bool = False
     reserved: list[str] = field(default_factory=list)  # pod UIDs we added to reservedFor
@@ -100,39 +125,46 @@ def claim_key(pod: Pod, entry_name: str, claim_name: str | None) -> Key | None:
     return (pod.namespace, name) if name else None
 
 
+def group_claim_keys(group: PodGroup | None) -> set[Key]:
+    """The claims of a PodGroup's spec.resourceClaims (reserved for the group, not its pods)."""
+    if group is None or group.spec is None:
+        return set()
+    return {(group.namespace, c.claim_name(group.name)) for c in group.spec.resource_claims}
+
+
 def plan_claims(
     assignments: Sequence[tuple[Pod, str]],
     allocations: Mapping[Key, AllocationResult],
     claims: Mapping[Key, ResourceClaim],
+    group: PodGroup | None = None,
 ) -> list[ClaimWork]:
     """The claim writes a decided gang needs: one entry per claim its placed pods use, with
-    the pods not yet in its reservedFor. Raises ClaimError when a claim is unusable."""
-    consumers: dict[Key, list[Pod]] = {}
+    the consumers not yet in its reservedFor (the pods; the PodGroup for its group claims).
+    Raises ClaimError when a claim is unusable."""
+    consumers: dict[Key, list[Consumer]] = {}
+    of_group = group_claim_keys(group)
     for pod, _ in assignments:
         for entry in pod.claims:
             key = claim_key(pod, entry.name, entry.claim_name)
             if key is None:
                 raise ClaimError(f"pod {pod.name}: the claim of template {entry.template_name} is missing")
             users = consumers.setdefault(key, [])
-            if pod not in users:
-                users.append(pod)
+            user = Consumer.of_group(group) if group is not None and key in of_group else Consumer.of_pod(pod)
+            if user not in users:
+                users.append(user)
     out = []
-    for key, pods in consumers.items():
+    for key, users in consumers.items():
         claim = claims.get(key)
         if claim is None:
             raise ClaimError(f"ResourceClaim {key[0]}/{key[1]} does not exist")
         reserved = {r.uid for r in claim.reserved_for}
-        new = [p for p in pods if p.uid not in reserved]
+        new = [u for u in users if u.uid not in reserved]
         allocation = allocations.get(key)
         if allocation is None and claim.allocation is None:
             raise ClaimError(f"ResourceClaim {key[0]}/{key[1]} has no allocation")
         if new or allocation is not None:
             out.append(ClaimWork(key=key, allocation=allocation, consumers=new))
     return out
-
-
-def pod_consumer(pod: Pod) -> dict[str, str]:
-    return {"resource": "pods", "name": pod.name, "uid": pod.uid}
 
 
 def _consumer_json(claim: ResourceClaim) -> list[dict[str, str]]:
@@ -195,7 +227,8 @@ class ClaimStep:
     async def run(self, plan: GangPlan) -> str | None:
         allocations = plan.decision.allocations
         try:
-            work = plan_claims(plan.assignments, allocations, self.cache.devices.claims)
+            group = self.cache.pod_groups.get(plan.key) if plan.decision.is_pod_group else None
+            work = plan_claims(plan.assignments, allocations, self.cache.devices.claims, group)
         except ClaimError as exc:
             self.cache.forget_allocations(allocations)
             return str(exc)
@@ -269,7 +302,7 @@ class ClaimStep:
                 patch = claim_status_patch(
                     claim.resource_version,
                     allocation=allocation,
-                    reserved_for=[*reserved, *(pod_consumer(p) for p in adding)],
+                    reserved_for=[*reserved, *(c.to_json() for c in adding)],
                 )
                 body = await self.binder.patch_claim(*w.key, patch, status=True)
             except ApiException as exc:
@@ -341,11 +374,11 @@ class ClaimStep:
 
     # ------------------------------------------------------------------ taking back
 
-    async def _take_back(self, group: Key, w: ClaimWork, pods: Sequence[Pod]) -> None:
-        """Remove `pods` from the claim's reservedFor; deallocate it when we allocated it and
-        nobody else holds it. Best effort: logged, never raised."""
+    async def _take_back(self, group: Key, w: ClaimWork, consumers: Sequence[Consumer]) -> None:
+        """Remove `consumers` from the claim's reservedFor; deallocate it when we allocated it
+        and nobody else holds it. Best effort: logged, never raised."""
         try:
-            await self._unreserve(group, w.key, {p.uid for p in pods}, deallocate=w.allocated)
+            await self._unreserve(group, w.key, {c.uid for c in consumers}, deallocate=w.allocated)
             self.cache.forget_allocations([w.key])
         except Exception as exc:
             log.warning("could not take back ResourceClaim %s: %s", w.name, _detail(exc))
@@ -384,6 +417,14 @@ class ClaimStep:
                 if exc.status != 409:
                     raise
                 claim = await self._reread(key)
+
+    async def release(self, claim: Key, uids: set[str]) -> None:
+        """Remove consumers `uids` from a claim, deallocating it when nobody else holds it
+        (a PodGroup that ended: `groupclaims`). Best effort."""
+        try:
+            await self._unreserve(claim, claim, uids, deallocate=True)
+        except Exception as exc:
+            log.warning("could not release ResourceClaim %s/%s: %s", *claim, _detail(exc))
 
     # ------------------------------------------------------------------ stale reservations
 

@@ -20,6 +20,7 @@ from gangsched.cluster import ClusterCache, Key, LiveReader
 from gangsched.engine import CycleResult, Reservation, schedule_cycle
 from gangsched.loop.claims import ClaimStep
 from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.groupclaims import GroupClaims
 from gangsched.loop.pipeline import BindingPipeline, GangPlan, PreBindStep
 from gangsched.loop.queue import SchedulingQueue
 from gangsched.loop.repair import GangRepair
@@ -58,6 +59,15 @@ class Scheduler:
         self.reporter = Reporter(cache=cache, binder=binder, config=self.config, tasks=self.tasks)
         self.claims = ClaimStep(
             cache=cache, live=live, binder=binder, reporter=self.reporter, config=self.config, clock=clock
+        )
+        self.group_claims = GroupClaims(
+            cache=cache,
+            live=live,
+            binder=binder,
+            reporter=self.reporter,
+            claims=self.claims,
+            config=self.config,
+            clock=clock,
         )
         self.pipeline = BindingPipeline(
             cache=cache,
@@ -133,6 +143,7 @@ class Scheduler:
         await self.repair.check(now)
         if self.cache.devices.claims:
             await self.claims.sweep(self.queue.binding, self._schedule_timeout)
+        await self.group_claims.sync()
         if ready:
             # What the snapshot saw: events applied while the engine runs count as changes after it.
             seen_generation = self.cache.generation

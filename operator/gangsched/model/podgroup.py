@@ -78,6 +78,27 @@ class SchedulingConstraints(_Strict):
         return value
 
 
+class GroupClaim(_Strict):
+    """One entry of spec.resourceClaims: a claim for the whole group."""
+
+    name: str = Field(min_length=1, max_length=63)
+    resource_claim_name: str | None = Field(alias="resourceClaimName", default=None)
+    resource_claim_template_name: str | None = Field(alias="resourceClaimTemplateName", default=None)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> GroupClaim:
+        if (self.resource_claim_name is None) == (self.resource_claim_template_name is None):
+            raise ValueError("exactly one of resourceClaimName or resourceClaimTemplateName must be set")
+        return self
+
+    def claim_name(self, group: str) -> str:
+        """The claim's name: as given, or <podgroup>-<name> for a template (gangsched creates it)."""
+        return self.resource_claim_name or f"{group}-{self.name}"
+
+
+MAX_GROUP_CLAIMS = 4
+
+
 class PodGroupSpec(_Strict):
     """The spec of a gangsched PodGroup; mirrors scheduling.k8s.io/v1alpha2 PodGroup."""
 
@@ -90,6 +111,17 @@ class PodGroupSpec(_Strict):
     priority_class_name: str | None = Field(alias="priorityClassName", default=None)
     priority: int | None = None
     schedule_timeout_seconds: int | None = Field(alias="scheduleTimeoutSeconds", default=None, ge=1)
+    resource_claims: tuple[GroupClaim, ...] = Field(alias="resourceClaims", default=())
+
+    @field_validator("resource_claims")
+    @classmethod
+    def _claims(cls, value: tuple[GroupClaim, ...]) -> tuple[GroupClaim, ...]:
+        if len(value) > MAX_GROUP_CLAIMS:
+            raise ValueError(f"at most {MAX_GROUP_CLAIMS} resourceClaims")
+        names = [c.name for c in value]
+        if len(set(names)) != len(names):
+            raise ValueError("resourceClaims names must be distinct")
+        return value
 
     @property
     def min_count(self) -> int:
