@@ -16,7 +16,7 @@ setup: ## create .venv with gangsched and its test tools, and build the control 
 	$(VENV)/bin/pip install -q -e '.[test]'
 	$(MAKE) control-plane
 
-control-plane: ## build kube-apiserver, kube-scheduler, etcd and dra-oracle once into $(GANGSCHED_K8S_BIN)
+control-plane: ## build kube-apiserver, kube-scheduler, kube-controller-manager, etcd and dra-oracle once into $(GANGSCHED_K8S_BIN)
 	bash hack/build-control-plane.sh
 	bash hack/dra-oracle/build.sh
 
@@ -48,7 +48,7 @@ test: lint typecheck ## ruff, mypy and every test
 dev-cluster: ## a local control plane in the foreground, for people
 	$(TESTING_PATH) $(PY) -m gangsched_testing.devcluster
 
-demo: ## the story in half a minute: control plane, 32 GPU nodes, gangsched, four gangs, live view
+demo: ## the story in under a minute: control plane, 32 GPU nodes, gangsched, four gangs, then a DRA gang, live view
 	@$(TESTING_PATH) $(PY) -c 'import gangsched_testing.devcluster, kopf' 2>/dev/null || $(MAKE) --no-print-directory setup
 	bash hack/build-control-plane.sh
 	@$(MAKE) --no-print-directory demo-run
@@ -72,7 +72,7 @@ kind-e2e: ## build, install into a fresh kind cluster, run examples/training-job
 bench:
 	$(PY) bench/engine_bench.py
 
-# BENCH_E2E_ARGS="--nodes 100" (or 5000, --repeat 3, --profile DIR, --help); results in build/bench-e2e
+# BENCH_E2E_ARGS="--nodes 100" (or 5000, --repeat 3, --profile DIR, --workload dra, --help); results in build/bench-e2e
 bench-e2e: control-plane ## gangsched vs kube-scheduler v1.36.3 on one control plane, 1,000 GPU nodes (docs/benchmarks.md)
 	@$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.e2e $(BENCH_E2E_ARGS)

@@ -242,12 +242,20 @@ class Binder:
         )
         return result
 
-    async def create_claim(self, body: Mapping[str, Any]) -> None:
-        """Create a ResourceClaim (a PodGroup's claim from its template); raises ApiException."""
+    async def create_claim(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a ResourceClaim (a PodGroup's from its template, a pod's for extended
+        resources); returns it; raises ApiException."""
         namespace = body["metadata"]["namespace"]
-        await self.transport.call(
+        created: dict[str, Any] = await self.transport.call(
             "POST", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims", body=dict(body)
         )
+        return created
+
+    async def patch_pod_status(self, pod: Pod, status: Mapping[str, Any]) -> None:
+        """Merge-patch a pod's status (its UID as precondition); raises ApiException."""
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        body = {"metadata": {"uid": pod.uid}, "status": dict(status)}
+        await self.transport.call("PATCH", path, body=body, content_type=MERGE_PATCH)
 
     async def delete_claim(self, namespace: str, name: str) -> None:
         """Delete a ResourceClaim; raises ApiException (404 included)."""

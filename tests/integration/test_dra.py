@@ -593,3 +593,50 @@ def test_a_gang_shared_claim_is_allocated_once_reserved_for_the_group_and_cleane
         check_claims(admin_api)
     finally:
         request_json(admin_api, "DELETE", f"/apis/{dra.API_VERSION}/resourceslices/{slice_name}")
+
+
+def test_an_extended_resource_backed_by_a_device_class_gets_a_claim(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    fake_dra: FakeDra,
+    operator_factory: OperatorFactory,
+) -> None:
+    """KEP-5004: no node offers example.com/gpu as allocatable, a DeviceClass maps it."""
+    names = fake_nodes(fakenodes.NodeSet(count=2, name_prefix=prefix()))
+    fake_dra(fakedra.NodeDevices(gpus=2), names)
+    resource = f"example.com/gpu-{uuid.uuid4().hex[:4]}"
+    mapped = dra.device_class(
+        f"er-{uuid.uuid4().hex[:5]}.example.com", f'device.driver == "{dra.GPU_DRIVER}"'
+    )
+    mapped["spec"]["extendedResourceName"] = resource
+    request_json(admin_api, "POST", fakedra.CLASSES_PATH, body=mapped)
+    try:
+        operator_factory()
+        create_pod_group(admin_api, namespace, pod_group_manifest("er", 2))
+        create_pods(
+            admin_api,
+            namespace,
+            [pod_manifest(f"er-{i}", "er", namespace=namespace, limits={resource: "2"}) for i in range(2)],
+        )
+        placed = wait_until(all_bound(admin_api, namespace, "er", 2), timeout=60, what="both pods bound")
+        assert set(placed.values()) == set(names)  # two GPUs per node: one pod each
+        for pod_name, node in placed.items():
+            pod = request_json(admin_api, "GET", f"/api/v1/namespaces/{namespace}/pods/{pod_name}")
+            status = pod["status"]["extendedResourceClaimStatus"]
+            assert status["requestMappings"] == [
+                {"containerName": "main", "resourceName": resource, "requestName": "container-0-request-0"}
+            ]
+            claim = get_claim(admin_api, namespace, status["resourceClaimName"])
+            assert claim["metadata"]["name"].startswith(f"{pod_name}-extended-resources-")
+            assert (
+                claim["metadata"]["annotations"]["resource.kubernetes.io/extended-resource-claim"] == "true"
+            )
+            assert claim["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
+            devices = devices_of(claim)
+            assert [d[0] for d in devices] == ["container-0-request-0"] * 2
+            assert {d[2] for d in devices} == {node}
+            assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+        check_claims(admin_api)
+    finally:
+        request_json(admin_api, "DELETE", f"{fakedra.CLASSES_PATH}/{mapped['metadata']['name']}")

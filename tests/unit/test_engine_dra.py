@@ -7,9 +7,9 @@ from typing import Any
 
 from gangsched.engine import CycleResult, GroupDecision, group, schedule_cycle
 from gangsched.engine.types import PodDevice
-from gangsched.model import Node, Pod, PodGroup, Reason
+from gangsched.model import Node, Pod, PodGroup, Reason, parse_node, parse_pod
 from gangsched_testing import dra
-from gangsched_testing.builders import RACK, node, pod, pod_group, topology_nodes
+from gangsched_testing.builders import RACK, node, node_manifest, pod, pod_group, pod_manifest, topology_nodes
 
 H100 = 'device.attributes["gpu.example.com"].model == "H100"'
 A100 = 'device.attributes["gpu.example.com"].model == "A100"'
@@ -474,3 +474,52 @@ def test_pod_by_pod_allocation_finishes_a_node_the_joint_search_gave_up(monkeypa
     assert sorted(d.assignments.values()) == ["a", "a", "b", "b"]
     ids = device_ids(result)
     assert len(ids) == len(set(ids)) == 4
+
+
+# --------------------------------------------------------------------------- KEP-5004
+
+
+def extended_class(name: str = "er.example.com", resource: str | None = "example.com/gpu") -> dict[str, Any]:
+    body = dra.device_class(name, f'device.driver == "{dra.GPU_DRIVER}"')
+    if resource:
+        body["spec"]["extendedResourceName"] = resource
+    return body
+
+
+def extended_pods(resource: str, count: int, size: int) -> list[Pod]:
+    return [parse_pod(pod_manifest(f"w-{i}", "g", limits={resource: str(count)})) for i in range(size)]
+
+
+def test_an_extended_resource_no_node_offers_is_served_by_its_device_class() -> None:
+    members = extended_pods("example.com/gpu", 2, 2)
+    objects = [extended_class(), dra.node_slice("a", dra.gpus(2)), dra.node_slice("b", dra.gpus(2))]
+    result = run([bare("a"), bare("b")], members, [pod_group("g", 2)], objects)
+    d = decision(result, "g")
+    assert d.scheduled, d.message
+    assert sorted(d.assignments.values()) == ["a", "b"]
+    assert sorted(d.allocations) == [("ml", "w-0-extended-resources"), ("ml", "w-1-extended-resources")]
+    for (_, claim), allocation in d.allocations.items():
+        node_name = d.assignments[("ml", claim.removesuffix("-extended-resources"))]
+        assert [(x.request, x.pool) for x in allocation.devices] == [("container-0-request-0", node_name)] * 2
+
+
+def test_an_extended_resource_a_node_offers_stays_a_plain_one() -> None:
+    members = extended_pods("example.com/gpu", 2, 1)
+    manifest = node_manifest("c", gpu=0)
+    manifest["status"]["allocatable"]["example.com/gpu"] = "4"
+    offering = parse_node(manifest)
+    objects = [extended_class(), dra.node_slice("a", dra.gpus(2))]
+    result = run([bare("a"), offering], members, [pod_group("g", 1)], objects)
+    d = decision(result, "g")
+    assert d.assignments == {("ml", "w-0"): "c"}, d.message
+    assert d.allocations == {}
+
+
+def test_the_implicit_extended_resource_name_of_a_class() -> None:
+    members = extended_pods("deviceclass.resource.kubernetes.io/plain.example.com", 1, 1)
+    objects = [extended_class("plain.example.com", None), dra.node_slice("a", dra.gpus(1))]
+    result = run([bare("a")], members, [pod_group("g", 1)], objects)
+    d = decision(result, "g")
+    assert d.scheduled, d.message
+    [allocation] = d.allocations.values()
+    assert len(allocation.devices) == 1

@@ -12,6 +12,7 @@ import numpy as np
 
 from gangsched.engine.dra.allocator import AllocationResult
 from gangsched.engine.dra.claims import ClaimKey
+from gangsched.engine.dra.extended import delegate
 from gangsched.engine.dra.inventory import DeviceState, DraObjects
 from gangsched.engine.group import place_group
 from gangsched.engine.queue import Key, build_queue, order_key, queue_order
@@ -94,6 +95,8 @@ def schedule_cycle(
     `reservations` are those the loop holds from earlier cycles. `dra` are the DRA objects
     (classes, slices, claims); without any, pods with claims wait.
     """
+    if dra is not None and not dra.empty:
+        pods, dra = delegate(pods, dra, nodes)  # KEP-5004: extended resources served by devices
     snapshot = Snapshot(nodes, (p for p in pods if p.holds_resources))
     devices = DeviceState(dra, snapshot.nodes, snapshot.index) if dra is not None and not dra.empty else None
     queue = build_queue(

@@ -52,6 +52,7 @@ from gangsched.cluster.devices import RESOURCE_CLAIMS
 from gangsched.engine.dra.allocator import AllocationResult
 from gangsched.engine.dra.pools import DeviceId
 from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.extended import ExtendedClaims
 from gangsched.loop.pipeline import GangPlan
 from gangsched.loop.report import Reporter
 from gangsched.model import GROUP, PLURAL, EventReason, Pod, PodGroup
@@ -219,6 +220,7 @@ class ClaimStep:
         self.config = config
         self.clock = clock
         self._work: dict[Key, list[ClaimWork]] = {}
+        self.extended = ExtendedClaims(cache=cache, binder=binder)
         # Claim -> since when it is reserved for a pending pod of ours (see `sweep`).
         self._stale_since: dict[Key, float] = {}
 
@@ -226,10 +228,16 @@ class ClaimStep:
 
     async def run(self, plan: GangPlan) -> str | None:
         allocations = plan.decision.allocations
+        problem = await self.extended.prepare(plan)
+        if problem is not None:
+            await self.extended.discard(plan)
+            self.cache.forget_allocations(allocations)
+            return problem
         try:
             group = self.cache.pod_groups.get(plan.key) if plan.decision.is_pod_group else None
             work = plan_claims(plan.assignments, allocations, self.cache.devices.claims, group)
         except ClaimError as exc:
+            await self.extended.discard(plan)
             self.cache.forget_allocations(allocations)
             return str(exc)
         self._work[plan.key] = work
@@ -237,6 +245,8 @@ class ClaimStep:
             return None
         results = await asyncio.gather(*(self._write(plan.key, w) for w in work), return_exceptions=True)
         problems = [r if isinstance(r, str) else f"{type(r).__name__}: {r}" for r in results if r is not None]
+        if not problems:
+            problems = [p for p in [await self.extended.record(plan)] if p is not None]
         if not problems:
             problems = [p for p in [await self._wait_for_binding_conditions(plan, work)] if p is not None]
         if problems:
@@ -248,9 +258,11 @@ class ClaimStep:
         work = self._work.pop(plan.key, [])
         self.cache.forget_allocations(plan.decision.allocations)
         await asyncio.gather(*(self._take_back(plan.key, w, w.consumers) for w in work))
+        await self.extended.discard(plan)
 
     async def finish(self, plan: GangPlan, unbound: Sequence[Pod]) -> None:
         """Members whose Binding failed lose their reservations (upstream's Unreserve)."""
+        self.extended.done(plan)
         gone = {p.uid for p in unbound}
         for w in self._work.pop(plan.key, []):
             mine = [p for p in w.consumers if p.uid in gone]

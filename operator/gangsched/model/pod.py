@@ -78,6 +78,42 @@ class PodClaim:
     template_name: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ExtendedRequest:
+    """An extended resource one container asks for (e.g. example.com/gpu: 2)."""
+
+    container: str
+    index: int  # the container's index in spec.containers
+    resource: str
+    count: int
+
+
+def is_extended_resource(name: str) -> bool:
+    """Extended resources: a domain-prefixed name outside kubernetes.io (not hugepages)."""
+    if "/" not in name or name.startswith("hugepages-"):
+        return False
+    domain = name.split("/", 1)[0]
+    if domain == "deviceclass.resource.kubernetes.io":
+        return True  # a DeviceClass's implicit extended resource name (KEP-5004)
+    return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
+
+
+def extended_requests(spec: Mapping[str, Any]) -> tuple[ExtendedRequest, ...]:
+    """Per container, the extended resources it asks for (requests, else limits)."""
+    out = []
+    for i, container in enumerate(spec.get("containers") or ()):
+        if not isinstance(container, Mapping):
+            continue
+        resources = container.get("resources") or {}
+        wanted = quantities(resources.get("limits"), f"spec.containers[{i}].resources.limits")
+        wanted.update(quantities(resources.get("requests"), f"spec.containers[{i}].resources.requests"))
+        for name in sorted(wanted):
+            if is_extended_resource(name) and wanted[name] > 0:
+                count = -(-wanted[name] // 1000)  # milli-units, as every quantity here
+                out.append(ExtendedRequest(str(container.get("name") or f"c{i}"), i, name, count))
+    return tuple(out)
+
+
 @dataclass(slots=True)
 class Pod:
     namespace: str
@@ -102,6 +138,10 @@ class Pod:
     # generated from its template; None while the resourceclaim controller has not made it).
     claims: tuple[PodClaim, ...] = ()
     claim_statuses: dict[str, str | None] = field(default_factory=dict)
+    # Extended resources per container (KEP-5004 may hand them out as DRA devices), and the
+    # claim status.extendedResourceClaimStatus names once one was created for them.
+    extended: tuple[ExtendedRequest, ...] = ()
+    extended_claim: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -302,6 +342,9 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         unscheduled_reason=_unscheduled_reason(status),
         claims=claims,
         claim_statuses=claim_statuses,
+        extended=extended_requests(spec),
+        extended_claim=str((status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName") or "")
+        or None,
     )
 
 
