@@ -4,6 +4,8 @@ allocations) and the KEP-5647 rule for our claim writes."""
 
 from __future__ import annotations
 
+import asyncio
+import copy
 from typing import Any
 
 import pytest
@@ -11,10 +13,11 @@ import pytest
 from gangsched.cluster import ClusterCache
 from gangsched.cluster.devices import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES, DeviceCache
 from gangsched.engine import schedule_cycle
-from gangsched.loop.claims import ClaimError, binding_state, plan_claims
+from gangsched.loop.claims import FINALIZER, ClaimError, ClaimStep, binding_state, plan_claims
+from gangsched.loop.config import SchedulerConfig
 from gangsched.model.dra import ConsumerRef, parse_resource_claim
 from gangsched_testing import dra
-from gangsched_testing.builders import node, pod_group
+from gangsched_testing.builders import node, pod_group, pod_manifest
 
 GPU = dra.GPU_DRIVER
 
@@ -183,3 +186,87 @@ def test_held_back_devices_are_not_handed_out_until_their_time() -> None:
     later = cache.objects(100.0)
     assert later is not None
     assert later.unavailable == frozenset()
+
+
+# --------------------------------------------------------------------------- stale reservations
+
+
+class ClaimBinder:
+    """Answers claim patches as the apiserver would, from the claim it holds."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+        self.patches: list[tuple[dict[str, Any], bool, bool]] = []
+
+    async def patch_claim(
+        self,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        status: bool = False,
+        strategic: bool = False,
+    ) -> dict[str, Any]:
+        self.patches.append((patch, status, strategic))
+        body = copy.deepcopy(self.body)
+        meta = body["metadata"]
+        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+        if "finalizers" in patch.get("metadata", {}):
+            meta["finalizers"] = patch["metadata"]["finalizers"]
+        for key, value in (patch.get("status") or {}).items():
+            if strategic and key == "reservedFor":
+                gone = {r["uid"] for r in value}
+                body["status"]["reservedFor"] = [
+                    r for r in body["status"]["reservedFor"] if r["uid"] not in gone
+                ]
+            elif value is None:
+                body.setdefault("status", {}).pop(key, None)
+            else:
+                body.setdefault("status", {})[key] = value
+        self.body = body
+        return body
+
+
+def test_a_claim_reserved_for_a_pending_pod_past_the_timeout_is_released() -> None:
+    cache = ClusterCache()
+    [_pod] = members(["c"])
+    pod_body = dra.pod_claims(pod_manifest("w-0", "g", uid="pod-0"), {"gpu": "c"})
+    pod_body["metadata"]["resourceVersion"] = "3"
+    cache.apply_pod("ADDED", pod_body)
+    body = claim_body("c", "10", allocated=[("gpu", GPU, "a", "gpu-0")], node="a")
+    body["metadata"]["finalizers"] = [FINALIZER]
+    body["status"]["reservedFor"] = [{"resource": "pods", "name": "w-0", "uid": "pod-0"}]
+    cache.apply_dra(RESOURCE_CLAIMS, "ADDED", body)
+    binder = ClaimBinder(body)
+    now = [0.0]
+    step = ClaimStep(
+        cache=cache,
+        live=None,  # type: ignore[arg-type]  # not read on this path
+        binder=binder,  # type: ignore[arg-type]
+        reporter=None,  # type: ignore[arg-type]
+        config=SchedulerConfig(),
+        clock=lambda: now[0],
+    )
+
+    def sweep(binding: bool = False) -> None:
+        asyncio.run(step.sweep(lambda _: binding, lambda _: 5.0))
+
+    sweep()
+    now[0] = 4.0
+    sweep()
+    assert binder.patches == []  # not yet past the group's timeout
+    now[0] = 6.0
+    sweep(binding=True)
+    assert binder.patches == []  # a plan of ours is binding it: not stale, and the clock restarts
+    sweep()
+    assert binder.patches == []
+    now[0] = 11.5
+    sweep()
+    # Deallocated (nobody else holds it), then our finalizer removed.
+    [(deallocate, on_status, _), (finalizer, _, _)] = binder.patches
+    assert on_status
+    assert deallocate["status"] == {"allocation": None, "reservedFor": None}
+    assert finalizer["metadata"]["finalizers"] == []
+    claim = cache.devices.claims[("ml", "c")]
+    assert claim.allocation is None
+    assert claim.reserved_for == ()
