@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,6 +103,10 @@ class Operator:
     session: ApiSession | None = None
     reconciler: Reconciler | None = None
     informers: list[Informer] = field(default_factory=list)
+    # When kopf's PodGroup watcher was last seen alive, or our loop synced (monotonic):
+    # kopf starts its watchers only after every startup handler, so right after the sync
+    # there may be none yet.
+    kopf_watch_seen: float | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     synced: asyncio.Event | None = None
 
@@ -292,9 +297,18 @@ def _problems(op: Operator) -> list[str]:
     if op.tasks and op.tasks[0].done():
         problems.append("the scheduling loop has stopped")
     problems += op.health.problems(op.options.watch_budget_seconds)
-    if op.synced is not None and op.synced.is_set() and not _kopf_watching(PLURAL):
-        problems.append(f"kopf's {PLURAL} watch has stopped")
+    if op.synced is not None and op.synced.is_set():
+        now = time.monotonic()
+        if _kopf_watching(PLURAL) or op.kopf_watch_seen is None:
+            op.kopf_watch_seen = now
+        elif now - op.kopf_watch_seen > _KOPF_WATCH_GRACE_SECONDS:
+            problems.append(f"kopf's {PLURAL} watch has stopped")
     return problems
+
+
+# How long kopf's PodGroup watcher may be missing (not yet started, or restarting) before the
+# replica counts as unhealthy.
+_KOPF_WATCH_GRACE_SECONDS = 30.0
 
 
 def _kopf_watching(plural: str) -> bool:

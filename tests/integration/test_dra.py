@@ -90,7 +90,8 @@ def list_claims(api: client.ApiClient, namespace: str | None = None) -> list[Jso
 def pod_claims(api: client.ApiClient, namespace: str, pod: str) -> list[Json]:
     """The claims of `pod` (through its resourceClaimStatuses or resourceClaimName)."""
     body = request_json(api, "GET", f"/api/v1/namespaces/{namespace}/pods/{pod}")
-    names = {s["name"]: s.get("resourceClaimName") for s in body["status"].get("resourceClaimStatuses") or []}
+    statuses = (body.get("status") or {}).get("resourceClaimStatuses") or []
+    names = {s["name"]: s.get("resourceClaimName") for s in statuses}
     out = []
     for entry in body["spec"].get("resourceClaims") or []:
         name = entry.get("resourceClaimName") or names.get(entry["name"])
@@ -121,10 +122,12 @@ def devices_of(claim: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
 
 def check_claims(api: client.ApiClient) -> None:
     """No device allocated to two claims; every allocated claim reserved only for consumers
-    that exist (pods by uid)."""
+    that exist (pods and PodGroups, by uid)."""
     holders: dict[tuple[str, str, str], str] = {}
     pods = request_json(api, "GET", "/api/v1/pods")["items"]
     uids = {p["metadata"]["uid"] for p in pods}
+    groups = request_json(api, "GET", "/apis/scheduling.gangsched.io/v1alpha1/podgroups")["items"]
+    group_uids = {g["metadata"]["uid"] for g in groups}
     for claim in list_claims(api):
         name = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
         allocation = (claim.get("status") or {}).get("allocation")
@@ -137,6 +140,11 @@ def check_claims(api: client.ApiClient) -> None:
         for ref in (claim.get("status") or {}).get("reservedFor") or []:
             if ref.get("resource") == "pods":
                 assert ref["uid"] in uids, f"{name} reserved for pod {ref['name']} that does not exist"
+            else:
+                assert ref.get("resource") == "podgroups", f"{name}: unexpected consumer {ref}"
+                assert ref["uid"] in group_uids, (
+                    f"{name} reserved for PodGroup {ref['name']} that does not exist"
+                )
 
 
 @pytest.fixture(autouse=True)
@@ -180,8 +188,13 @@ def test_gang_with_a_claim_template_lands_in_one_rack_with_distinct_gpus(
         assert [r["name"] for r in status["reservedFor"]] == [pod]
         assert FINALIZER in claim["metadata"]["finalizers"]
     assert len(seen) == 8
-    pg = get_pod_group(admin_api, namespace, "train")
-    assert condition(pg).get("reason") in ("Scheduled", None) or pg["status"]["scheduled"] == 8
+    pg = wait_until(
+        lambda: (
+            (g := get_pod_group(admin_api, namespace, "train")).get("status", {}).get("scheduled") == 8 and g
+        ),
+        what="the PodGroup status counting 8 scheduled",
+    )
+    assert condition(pg)["reason"] == "Scheduled"
     check_claims(admin_api)
     # Finished pods: the resourceclaim controller takes the reservation back and deallocates.
     for i in range(8):
@@ -269,7 +282,9 @@ def test_mig_partitions_never_hand_out_a_gpu_and_its_slices(
     create_pods(admin_api, namespace, gang("full", 1, {"gpu": "template:whole"}))
     pg = wait_until(
         lambda: (
-            (g := get_pod_group(admin_api, namespace, "full"))["status"].get("phase") == "Unschedulable" and g
+            (g := get_pod_group(admin_api, namespace, "full")).get("status", {}).get("phase")
+            == "Unschedulable"
+            and g
         ),
         timeout=30,
         what="the whole-GPU gang Unschedulable",
@@ -307,7 +322,8 @@ def test_a_tainted_device_is_skipped_unless_the_claim_tolerates_it(
     create_pods(admin_api, namespace, gang("b", 1, {"gpu": "template:plain"}))
     pg = wait_until(
         lambda: (
-            (g := get_pod_group(admin_api, namespace, "b"))["status"].get("phase") == "Unschedulable" and g
+            (g := get_pod_group(admin_api, namespace, "b")).get("status", {}).get("phase") == "Unschedulable"
+            and g
         ),
         timeout=30,
         what="an untolerating gang Unschedulable",

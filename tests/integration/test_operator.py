@@ -127,8 +127,11 @@ def test_gang_that_cannot_fit_waits_whole_then_schedules_when_a_node_arrives(
     assert "fits 3/4" in message, message
     assert "Insufficient nvidia.com/gpu" in message or "limited by nvidia.com/gpu" in message
     assert bound_nodes(admin_api, namespace, "big") == {}
-    warning = [e for e in events(admin_api, namespace, name="big") if e["reason"] == "Unschedulable"]
-    assert warning
+    # Events are posted beside the status write, not before it: wait for it too.
+    warning = wait_until(
+        lambda: [e for e in events(admin_api, namespace, name="big") if e["reason"] == "Unschedulable"],
+        what="an Unschedulable Event",
+    )
     assert warning[0]["type"] == "Warning"
     time.sleep(1.5)  # backoff and retries must never bind part of it
     assert bound_nodes(admin_api, namespace, "big") == {}
