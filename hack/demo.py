@@ -1,25 +1,34 @@
 #!/usr/bin/env python3
-"""`make demo`: gangsched on a local control plane, one story, about half a minute.
+"""`make demo`: gangsched on a local control plane, one story, under a minute.
 
 It starts kube-apiserver + etcd (gangsched_testing.devcluster) with 32 fake GPU nodes (2 zones x
 2 blocks x 4 racks x 2 hosts, 8 GPUs each) and a kubelet stand-in, installs the PodGroup
-CRD, runs `gangsched run` as a subprocess, then submits four gangs:
+CRD, runs `gangsched run` as a subprocess, then submits four gangs, and a fifth with DRA:
 
 1. zone-job   16 pods x 8 GPUs, Required zone:  128 GPUs, a whole zone;
 2. block-job   8 pods x 8 GPUs, Required block:  64 GPUs, more than a rack: a whole block;
 3. rack-job    6 pods x 2 GPUs, Required rack:   12 GPUs, fits in one rack;
 4. next-job    8 pods x 8 GPUs, Required block: no block is free any more, so it waits
-               (the PodGroupScheduled condition says why) until block-job finishes.
+               (the PodGroupScheduled condition says why) until block-job finishes;
+5. dra-job    12 pods x 1 GPU as DRA devices (a chapter of its own, when the control plane
+               runs kube-controller-manager): 6 more nodes whose GPUs a fake DRA driver
+               publishes as ResourceSlice devices, 8 H100 on 2 nodes and 16 A100 on 4; each
+               pod's claim (from a ResourceClaimTemplate) asks for an H100, or else an A100
+               (`firstAvailable`). 8 H100s are too few for the gang, so the whole gang takes
+               A100s, and the PodGroup condition says so ("; devices: gpu/a100"). A pod-by-pod
+               scheduler would give 8 pods H100s and 4 A100s: one job on two GPU models.
 
 A live view (plain text, a new block whenever something changes) shows each PodGroup's
-phase, counts and domain, and how many pods of each gang run in every rack. Everything is
-read through the API. The demo stops the operator and the control plane and removes its
-files when the story is over, on failure and on Ctrl-C. Exit 0 when everything happened as
-scripted; 1 with a message otherwise.
+phase, counts and domain, and how many pods of each gang run in every rack (in the DRA
+chapter: the devices allocated on each DRA node). Everything is read through the API. The
+demo stops the operator and the control plane and removes its files when the story is over,
+on failure and on Ctrl-C. Exit 0 when everything happened as scripted; 1 with a message
+otherwise.
 
 `--fast` shortens the pauses (for tests). :func:`run_story` is the story alone, against any
-control plane with the demo's nodes and a running operator; tests/integration/test_demo.py
-calls it with the session's control plane.
+control plane with the demo's nodes and a running operator, and :func:`run_dra_chapter` the
+DRA chapter (its nodes and slices made by :func:`dra_node_sets` and :func:`publish_devices`);
+tests/integration/test_demo.py calls both with the session's control plane.
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ try:
 
     from gangsched._rawapi import request_json
     from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
-    from gangsched_testing import devcluster, fakenodes
+    from gangsched_testing import devcluster, dra, fakedra, fakenodes
     from gangsched_testing.builders import gang_manifests, pod_group_manifest
 except ImportError as exc:  # pragma: no cover - depends on the environment
     sys.exit(f"hack/demo.py: {exc}; run `make setup` first (it creates .venv with gangsched and its deps)")
@@ -433,6 +442,8 @@ class Story:
         self.deadline = self.started + timing.timeout
         self.last_view: list[str] = []
         self.snap = Snapshot(groups={}, pods=[])
+        # The DRA chapter shows devices per node instead of pods per rack.
+        self.view: Callable[[Snapshot], list[str]] = lambda snap: render(snap, self.places, self.style)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -445,7 +456,7 @@ class Story:
         if self.check_alive is not None:
             self.check_alive()
         self.snap = read_snapshot(self.api, self.namespace)
-        view = render(self.snap, self.places, self.style)
+        view = self.view(self.snap)
         if view != self.last_view:
             self.last_view = view
             print(self.style(f"[{self.elapsed():5.1f}s]", "dim"), file=self.out)
@@ -500,11 +511,12 @@ class Story:
 
 def describe(snap: Snapshot) -> str:
     parts = []
-    for gang in GANGS:
-        group = snap.groups.get(gang.name)
+    names = [g.name for g in GANGS] + sorted(set(snap.groups) - {g.name for g in GANGS})
+    for name in names:
+        group = snap.groups.get(name)
         if group is None:
             continue
-        text = f"{gang.name} {group.phase or 'no status'} {group.scheduled}/{group.pods} scheduled"
+        text = f"{name} {group.phase or 'no status'} {group.scheduled}/{group.pods} scheduled"
         if group.condition_status == "False":
             text += f" ({group.condition_reason}: {group.condition_message})"
         parts.append(text)
@@ -623,6 +635,197 @@ def run_story(
 
 
 # --------------------------------------------------------------------------------------------
+# The DRA chapter
+
+
+DRA_GANG: Final = "dra-job"
+DRA_PODS: Final = 12
+DRA_TEMPLATE: Final = "h100-or-a100"
+DRA_LABEL: Final = "gangsched.io/demo-dra"  # on the DRA nodes (value "true" by default)
+GPUS_PER_DRA_HOST: Final = 4
+H100_HOSTS: Final = 2  # 8 H100s: too few for the 12-pod gang
+A100_HOSTS: Final = 4  # 16 A100s: room for all of it
+H100: Final = fakedra.NodeDevices(gpus=GPUS_PER_DRA_HOST, gpu_model="H100")
+A100: Final = fakedra.NodeDevices(gpus=GPUS_PER_DRA_HOST, gpu_model="A100")
+MODEL_ATTRIBUTE: Final = f'device.attributes["{dra.GPU_DRIVER}"].model'
+
+
+def dra_node_sets(
+    *, name_prefix: str = "", labels: Mapping[str, str] | None = None
+) -> tuple[fakenodes.NodeSet, fakenodes.NodeSet]:
+    """The H100 nodes and the A100 nodes: no nvidia.com/gpu, their GPUs are DRA devices.
+
+    Labelled `DRA_LABEL` (and `labels`), and not counted as the story's nodes: the story
+    selects its 32 by their own label, so these are created with a selector of their own.
+    """
+
+    def one(model: str, hosts: int) -> fakenodes.NodeSet:
+        return fakenodes.NodeSet(
+            shape=fakenodes.TopologyShape(zones=1, blocks=1, racks=1, hosts=hosts),
+            name_prefix=f"{name_prefix}{model.lower()}-",
+            cpu="64",
+            memory="512Gi",
+            labels={DRA_LABEL: "true", **(labels or {})},
+        )
+
+    return one("H100", H100_HOSTS), one("A100", A100_HOSTS)
+
+
+def publish_devices(api: client.ApiClient, h100_nodes: Sequence[str], a100_nodes: Sequence[str]) -> None:
+    """What the fake driver's node plugins would write: the DeviceClass and every node's slice."""
+    fakedra.ensure_device_classes(api, H100)
+    fakedra.publish(api, H100, h100_nodes)
+    fakedra.publish(api, A100, a100_nodes)
+
+
+def dra_claim_template(namespace: str) -> Json:
+    """One GPU: an H100 if one is available, else an A100 (a prioritized list)."""
+    return dra.claim_template(
+        namespace,
+        DRA_TEMPLATE,
+        dra.first_available(
+            "gpu",
+            dra.request("h100", selectors=[f'{MODEL_ATTRIBUTE} == "H100"']),
+            dra.request("a100", selectors=[f'{MODEL_ATTRIBUTE} == "A100"']),
+        ),
+    )
+
+
+def dra_pod_bodies(node_selector: Mapping[str, str] | None) -> list[Json]:
+    bodies = gang_manifests(
+        DRA_GANG,
+        DRA_PODS,
+        namespace=None,
+        cpu="4",
+        memory="16Gi",
+        container="train",
+        node_selector=node_selector,
+        spec={"restartPolicy": "Never"},
+    )
+    return [dra.pod_claims(body, {"gpu": f"template:{DRA_TEMPLATE}"}) for body in bodies]
+
+
+def read_device_use(api: client.ApiClient, namespace: str) -> dict[str, list[str]]:
+    """node (= the fake driver's pool) -> the allocated devices' request results, e.g. "gpu/a100"."""
+    claims = request_json(api, "GET", f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaims")
+    use: dict[str, list[str]] = {}
+    for claim in claims.get("items") or []:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            use.setdefault(result["pool"], []).append(result["request"])
+    return use
+
+
+def render_dra(
+    snap: Snapshot, use: Mapping[str, Sequence[str]], models: Mapping[str, str], style: Style
+) -> list[str]:
+    """dra-job's row, then each DRA node: its model, devices allocated, the gang's pods there."""
+    lines = [style(f"  {'GANG':<10} {'PHASE':<13} {'PODS':>4} {'SCHED':>5} {'RUN':>4}", "bold")]
+    group = snap.groups.get(DRA_GANG)
+    if group is not None:
+        phase = group.phase or "-"
+        coloured = style(f"{phase:<13}", PHASE_COLOURS.get(phase, "dim"))
+        lines.append(
+            f"  {style(f'{DRA_GANG:<10}', 'magenta')} {coloured} "
+            f"{group.pods:>4} {group.scheduled:>5} {group.running:>4}"
+        )
+        if group.condition_message:
+            lines.append(f"  {'':<10} {style('condition:', 'yellow')} {group.condition_message}")
+    pods_on = Counter(p.node for p in snap.members(DRA_GANG) if p.active)
+    lines.append("")
+    lines.append(style(f"  {'DRA NODE':<24} {'MODEL':<6} {'DEVICES':>7}  PODS", "bold"))
+    for node in sorted(models, key=lambda n: (models[n] != "H100", n)):
+        used = f"{len(use.get(node, ()))}/{GPUS_PER_DRA_HOST}"
+        pods = f"{DRA_GANG} {pods_on[node]}" if pods_on[node] else style(".", "dim")
+        lines.append(f"  {node:<24} {models[node]:<6} {used:>7}  {pods}")
+    return lines
+
+
+@dataclass(frozen=True, slots=True)
+class DraResult:
+    phase: str
+    message: str  # the PodGroupScheduled condition once the gang runs
+    models: dict[str, int]  # GPU model -> the gang's pods on nodes of that model
+    results: dict[str, int]  # allocated request result ("gpu/a100") -> devices
+    elapsed: float
+
+
+def run_dra_chapter(
+    api: client.ApiClient,
+    *,
+    h100_nodes: Sequence[str],
+    a100_nodes: Sequence[str],
+    namespace: str = DEMO_NAMESPACE,
+    timing: Timing = NORMAL,
+    out: TextIO | None = None,
+    style: Style | None = None,
+    pod_node_selector: Mapping[str, str] | None = None,
+    check_alive: Callable[[], None] | None = None,
+) -> DraResult:
+    """Submit dra-job (its devices published on `h100_nodes` and `a100_nodes` beforehand) and
+    check that the whole gang runs on A100s and that its condition says so.
+
+    Needs the resourceclaim controller (kube-controller-manager), which creates each pod's
+    claim from the template, a kubelet stand-in and a running gangsched.
+    """
+    models = {**dict.fromkeys(h100_nodes, "H100"), **dict.fromkeys(a100_nodes, "A100")}
+    story = Story(
+        api,
+        namespace=namespace,
+        timing=timing,
+        out=out if out is not None else sys.stdout,
+        style=style or Style(False),
+        places={},
+        pod_node_selector=pod_node_selector,
+        check_alive=check_alive,
+    )
+    story.view = lambda snap: render_dra(snap, read_device_use(api, namespace), models, story.style)
+    story.say(
+        f"DRA: {len(h100_nodes)} nodes with {GPUS_PER_DRA_HOST} H100 each and {len(a100_nodes)} with "
+        f"{GPUS_PER_DRA_HOST} A100 each, published as ResourceSlice devices by a fake driver "
+        "(no nvidia.com/gpu on them)"
+    )
+    request_json(
+        api,
+        "POST",
+        f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaimtemplates",
+        body=dra_claim_template(namespace),
+    )
+    story.say(
+        f"submit {DRA_GANG}: {DRA_PODS} pods, each a claim from template {DRA_TEMPLATE} "
+        f"(firstAvailable: h100, else a100); only {len(h100_nodes) * GPUS_PER_DRA_HOST} H100s exist"
+    )
+    base = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+    request_json(api, "POST", base, body=pod_group_manifest(DRA_GANG, DRA_PODS, namespace=None))
+    for body in dra_pod_bodies(pod_node_selector):
+        request_json(api, "POST", f"/api/v1/namespaces/{namespace}/pods", body=body)
+
+    def running(snap: Snapshot) -> bool:
+        group = snap.groups.get(DRA_GANG)
+        return group is not None and group.phase == "Running" and group.running >= DRA_PODS
+
+    snap = story.wait_for(f"{DRA_GANG} Running", running)
+    elapsed = story.elapsed()
+    message = snap.groups[DRA_GANG].condition_message
+    on_models = Counter(models.get(p.node, f"(node {p.node})") for p in snap.members(DRA_GANG) if p.node)
+    results = Counter(r for requests in read_device_use(api, namespace).values() for r in requests)
+    if dict(on_models) != {"A100": DRA_PODS} or dict(results) != {"gpu/a100": DRA_PODS}:
+        raise StoryError(
+            f"{DRA_GANG} should run on A100s only: pods on {dict(on_models)}, devices {dict(results)}"
+        )
+    if not message.endswith("; devices: gpu/a100"):
+        raise StoryError(f"{DRA_GANG}'s condition should end with '; devices: gpu/a100': {message!r}")
+    story.say(f"{DRA_GANG} runs whole on A100s: {message}")
+    return DraResult(
+        phase=snap.phase(DRA_GANG),
+        message=message,
+        models=dict(on_models),
+        results=dict(results),
+        elapsed=elapsed,
+    )
+
+
+# --------------------------------------------------------------------------------------------
 # main
 
 
@@ -704,8 +907,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if not operator.alive():
                     raise StoryError(f"gangsched run exited:\n{operator.tail()}")
 
+            dra_result: DraResult | None = None
             try:
                 result = run_story(api, timing=timing, out=out, style=style, check_alive=check_alive)
+                if cp.controller_manager:
+                    with _stopwatch(timings, "6 DRA nodes + slices"):
+                        cp.wait_controller_manager()
+                        h100_set, a100_set = dra_node_sets()
+                        h100_nodes = fakenodes.create_nodes(api=api, spec=h100_set)
+                        a100_nodes = fakenodes.create_nodes(api=api, spec=a100_set)
+                        publish_devices(api, h100_nodes, a100_nodes)
+                    dra_result = run_dra_chapter(
+                        api,
+                        h100_nodes=h100_nodes,
+                        a100_nodes=a100_nodes,
+                        timing=timing,
+                        out=out,
+                        style=style,
+                        check_alive=check_alive,
+                    )
+                else:
+                    say("no kube-controller-manager (`make control-plane` builds it): DRA chapter skipped")
             except (StoryError, ApiException) as exc:
                 print(style(f"demo failed: {exc}", "red", "bold"), file=sys.stderr)
                 print(f"last lines of the operator's log:\n{operator.tail()}", file=sys.stderr)
@@ -719,6 +941,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"  {gang.name:<10} {result.phases[gang.name]:<10} in {gang.level} {where}", file=out
                     )
                 print(f"  {NEXT_JOB.name} waited because: {result.waiting_message}", file=out)
+                if dra_result is not None:
+                    timings[f"{DRA_GANG} submitted -> Running"] = dra_result.elapsed
+                    models = ", ".join(f"{n} pods on {m}" for m, n in dra_result.models.items())
+                    print(f"  {DRA_GANG:<10} {dra_result.phase:<10} {models}", file=out)
             if agent.errors:
                 say(f"the node agent survived {len(agent.errors)} errors: {agent.errors[:3]!r}")
             say("stopping the operator and the control plane")

@@ -1,7 +1,8 @@
 """python -m bench.e2e: gangsched vs kube-scheduler v1.36.3 on one control plane.
 
-Writes <out>/results-N<nodes>.json, <out>/table-N<nodes>.md and <out>/bound-N<nodes>.png, and
-prints the table. See docs/benchmarks.md for the method and the numbers.
+Writes <out>/results-<stem>.json, <out>/table-<stem>.md and <out>/bound-<stem>.png, and
+prints the table; <stem> is N<nodes>, or dra-N<nodes> with `--workload dra`. See
+docs/benchmarks.md for the method and the numbers.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--rack-size", type=int, default=10)
     p.add_argument("--racks-per-block", type=int, default=10)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--workload",
+        choices=("gpu", "dra"),
+        default="gpu",
+        help="gpu: nvidia.com/gpu extended resources; dra: GPUs as fake-driver devices, a one-GPU "
+        "ResourceClaimTemplate per GPU pod (needs kube-controller-manager)",
+    )
     p.add_argument(
         "--oversubscription", type=float, default=1.25, help="requested GPUs / cluster GPUs (default 1.25)"
     )
@@ -80,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("matplotlib is missing: pip install -e '.[bench]', or pass --no-plot", file=sys.stderr)
         return 2
     topology = Topology(nodes=args.nodes, rack_size=args.rack_size, racks_per_block=args.racks_per_block)
-    workload = generate(topology, seed=args.seed, oversubscription=args.oversubscription)
+    workload = generate(topology, seed=args.seed, oversubscription=args.oversubscription, kind=args.workload)
 
     def log(message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
@@ -99,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         oracle=not args.no_oracle,
         log=log,
     )
-    stem = f"N{args.nodes}"
+    stem = f"{'dra-' if workload.dra else ''}N{args.nodes}"
     saved = args.out / f"recordings-{stem}.json"
     figures: dict[str, list[metrics.Figures]] = {}
     if args.retable:
@@ -146,6 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{fig.pods_per_second:.0f} pods/s, p50 {fig.gang_latency_p50:.2f}s, "
                     f"p99 {fig.gang_latency_p99:.2f}s, GPU {100 * fig.gpu_utilisation:.1f}%, "
                     f"partial {fig.partial_gangs}, CPU {fig.cpu_seconds:.1f}s, RSS {fig.peak_rss_mib:.0f} MiB"
+                    + (
+                        f", devices allocated twice {fig.devices_allocated_twice}"
+                        if fig.devices_allocated_twice is not None
+                        else ""
+                    )
                 )
     # Every run's raw recording, for --replot and for anyone re-analysing.
     saved.write_text(json.dumps([metrics.recording_to_json(r) for r in every]))

@@ -15,6 +15,14 @@ One contestant at a time on the same nodes (see docs/benchmarks.md for why):
    RSS (VmHWM) are read before it is stopped; gangs left pending are offered to gangsched's
    engine on the final state (`oracle`) to count the ones that would have fit;
 5. the namespace is deleted (pods with grace 0), leaving the nodes empty for the next one.
+
+The dra workload (`Workload.kind`): the nodes get the fake driver's ResourceSlices (8 GPU
+devices each, published in parallel before the first run, removed after the last) and the
+driver's DeviceClass; kube-controller-manager's resourceclaim controller, which the control
+plane runs, creates each pod's claim from the namespace's ResourceClaimTemplate (created
+first in every run) for both contestants. After a run, before its namespace goes, every
+ResourceClaim and pod is listed for the DRA oracle (`oracle.claim_check`: no device in two
+claims, every bound pod's claim allocated on its node and reserved for it).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.sharedctypes import Synchronized
@@ -46,10 +55,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gangsched._rawapi import request_json
-from gangsched_testing import devcluster, fakenodes
+from gangsched_testing import devcluster, dra, fakedra, fakenodes
 
 from . import oracle
-from .metrics import CpuSample, PodEvent, Recording
+from .metrics import CpuSample, PodEvent, Recording, recording_to_json
 from .workload import (
     GANGSCHED_API,
     NATIVE_API,
@@ -57,7 +66,9 @@ from .workload import (
     SCHEDULER_NAMES,
     Flavour,
     Workload,
+    claim_template,
     group_manifest,
+    node_devices,
     node_set,
     pod_manifest,
 )
@@ -423,13 +434,17 @@ class Gangsched(Contestant):
         raise TimeoutError(f"gangsched not ready after {timeout}s:\n{self.tail()}")
 
 
-def native_config(*, kubeconfig: Path, qps: int, burst: int) -> dict[str, Any]:
+def native_config(*, kubeconfig: Path, qps: int, burst: int, dra: bool = False) -> dict[str, Any]:
     """kube-scheduler's KubeSchedulerConfiguration: one profile, `native-gang`.
 
     Bin-packing (MostAllocated, GPUs weighted 5) is the documented setting for GPU clusters
     and what TopologyPlacement's placement scorer reuses; the stock LeastAllocated on
     cpu/memory would spread 1-GPU pods over every node and leave no whole node for 8-GPU pods.
+    With `dra` the pods request no extended GPUs: MostAllocated on cpu and memory (3 CPU and
+    24 GiB per GPU pod) packs the same way. DynamicResources is in the default plugin set
+    (DRA is GA and on by default in v1.36), so nothing else changes.
     """
+    gpu = [] if dra else [{"name": "nvidia.com/gpu", "weight": 5}]
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
@@ -445,7 +460,7 @@ def native_config(*, kubeconfig: Path, qps: int, burst: int) -> dict[str, Any]:
                             "scoringStrategy": {
                                 "type": "MostAllocated",
                                 "resources": [
-                                    {"name": "nvidia.com/gpu", "weight": 5},
+                                    *gpu,
                                     {"name": "cpu", "weight": 1},
                                     {"name": "memory", "weight": 1},
                                 ],
@@ -461,14 +476,16 @@ def native_config(*, kubeconfig: Path, qps: int, burst: int) -> dict[str, Any]:
 class Native(Contestant):
     flavour: Flavour = "native"
 
-    def __init__(self, cp: devcluster.ControlPlane, *, qps: int, burst: int, out: Path) -> None:
+    def __init__(
+        self, cp: devcluster.ControlPlane, *, qps: int, burst: int, out: Path, dra: bool = False
+    ) -> None:
         binary = cp.binaries.kube_scheduler
         if binary is None:
             raise RuntimeError("no kube-scheduler binary next to kube-apiserver: run `make control-plane`")
         config = out / "kube-scheduler.yaml"
         config.write_text(
             yaml.safe_dump(
-                native_config(kubeconfig=cp.kubeconfig_path, qps=qps, burst=burst), sort_keys=False
+                native_config(kubeconfig=cp.kubeconfig_path, qps=qps, burst=burst, dra=dra), sort_keys=False
             )
         )
         self.log_path = out / "kube-scheduler.log"
@@ -565,14 +582,26 @@ class Bench:
 
     @property
     def _node_set(self) -> fakenodes.NodeSet:
-        return node_set(self.workload.topology, pool=self.options.pool)
+        return node_set(self.workload.topology, pool=self.options.pool, dra=self.workload.dra)
+
+    def _node_names(self) -> list[str]:
+        return [m["metadata"]["name"] for m in fakenodes.node_manifests(spec=self._node_set)]
 
     def __enter__(self) -> Self:
         log = self.options.log
+        if self.workload.dra:
+            if not self.cp.controller_manager:
+                raise RuntimeError("the dra workload needs kube-controller-manager (`make control-plane`)")
+            self.cp.wait_controller_manager()
         started = time.monotonic()
         names = fakenodes.create_nodes(api=self.api, spec=self._node_set, parallelism=16)
         log(f"created {len(names)} nodes in {time.monotonic() - started:.1f}s")
         devcluster.apply_crd(self.api)
+        if self.workload.dra:
+            started = time.monotonic()
+            fakedra.ensure_device_classes(self.api, node_devices())
+            self._per_node_chunk(lambda chunk: fakedra.publish(self.api, node_devices(), chunk), names)
+            log(f"published {len(names)} nodes' ResourceSlices in {time.monotonic() - started:.1f}s")
         if self.options.agent:
             self._agent = fakenodes.NodeAgent(api_client=self.cp.api_client())
             self._agent.start()
@@ -583,9 +612,20 @@ class Bench:
     ) -> None:
         if self._agent is not None:
             self._agent.stop()
-        names = [m["metadata"]["name"] for m in fakenodes.node_manifests(spec=self._node_set)]
+        names = self._node_names()
+        if self.workload.dra:
+            self._per_node_chunk(lambda chunk: fakedra.unpublish(self.api, chunk), names)
         fakenodes.delete_nodes(api=self.api, names=names)
         self.api.close()  # type: ignore[no-untyped-call]
+
+    @staticmethod
+    def _per_node_chunk(action: Callable[[list[str]], object], names: Sequence[str]) -> None:
+        """`action` over 16 chunks of `names` in parallel (the driver's calls are one node at a
+        time, three requests each: 1,000 nodes in sequence would take half a minute)."""
+        chunks = [list(names[i::16]) for i in range(16) if names[i::16]]
+        with ThreadPoolExecutor(max_workers=16, thread_name_prefix="bench-dra") as pool:
+            for _ in pool.map(action, chunks):
+                pass
 
     def run(self, flavour: Flavour, *, tag: str = "") -> Recording:
         opts, log = self.options, self.options.log
@@ -597,7 +637,7 @@ class Bench:
         if flavour == "gangsched":
             contestant = Gangsched(self.cp, namespace=namespace, concurrency=opts.concurrency, out=out)
         else:
-            contestant = Native(self.cp, qps=opts.qps, burst=opts.burst, out=out)
+            contestant = Native(self.cp, qps=opts.qps, burst=opts.burst, out=out, dra=self.workload.dra)
         profiler: subprocess.Popen[bytes] | None = None
         try:
             contestant.wait_ready(60)
@@ -605,6 +645,10 @@ class Bench:
             log(f"{flavour}: ready (pid {contestant.pid})")
             recording = Recording(contestant=flavour)
             # Job by job, as controllers submit them: a gang's PodGroup, then its pods.
+            dra_on = self.workload.dra
+            if dra_on:  # before the clock starts, as a cluster has its templates before its jobs
+                template_path = f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaimtemplates"
+                request_json(self.api, "POST", template_path, body=claim_template(namespace))
             items: list[tuple[str, bytes, bool]] = []
             pod_path = f"/api/v1/namespaces/{namespace}/pods"
             for gang in self.workload.gangs:
@@ -612,7 +656,7 @@ class Bench:
                 if group is not None:
                     items.append((_group_path(flavour, namespace), json.dumps(group).encode(), False))
                 for pod in gang.pods:
-                    body = json.dumps(pod_manifest(gang, pod, flavour, pool=opts.pool)).encode()
+                    body = json.dumps(pod_manifest(gang, pod, flavour, pool=opts.pool, dra=dra_on)).encode()
                     items.append((pod_path, body, True))
             pods = self.workload.pods
             apiserver = child_pid("kube-apiserver")
@@ -631,19 +675,35 @@ class Bench:
             recording.requests = delta(apiserver_requests(self.endpoint), before)
             recording.cpu = sampler.samples["scheduler"]
             recording.apiserver_cpu = sampler.samples.get("apiserver", [])
+            pods_listed = self._list(f"/api/v1/namespaces/{namespace}/pods")
+            if dra_on:
+                claims = self._list(f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaims")
+                check = oracle.claim_check(claims, pods_listed)
+                recording.devices_twice = check.devices_twice
+                recording.bound_without_device = check.bound_without_device
+                recording.claims_allocated = check.claims_allocated
+                log(
+                    f"{flavour}: {len(claims)} claims, {check.claims_allocated} allocated, "
+                    f"{check.devices_twice} devices in two claims, "
+                    f"{check.bound_without_device} bound pods without their device"
+                    + (f"; e.g. {'; '.join(check.examples)}" if check.examples else "")
+                )
             if opts.oracle:
                 started = time.monotonic()
-                bound = self._bound(namespace)
+                bound = self._bound(pods_listed)
                 recording.stranded = len(oracle.stranded_gangs(self.workload, pool=opts.pool, bound=bound))
                 log(f"{flavour}: stranded-gang check took {time.monotonic() - started:.1f}s")
             if not contestant.alive():
                 raise RuntimeError(f"{flavour} died during the run:\n{contestant.tail()}")
+            # Saved before the cleanup, which can fail on its own (it is not part of the run).
+            (out / "recording.json").write_text(json.dumps(recording_to_json(recording)))
             return recording
         finally:
             if profiler is not None:
                 self._stop_profile(profiler, contestant)
             contestant.stop()
             started = time.monotonic()
+            self._empty(namespace)
             devcluster.delete_namespace(self.api, name=namespace)
             self._wait_gone(namespace)
             log(f"{flavour}: namespace deleted in {time.monotonic() - started:.1f}s")
@@ -742,23 +802,42 @@ class Bench:
                 last_report = now
                 opts.log(f"{contestant.flavour}: {bound}/{total} pods bound")
 
-    def _bound(self, namespace: str) -> dict[str, str]:
-        out: dict[str, str] = {}
+    @staticmethod
+    def _bound(pods: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+        return {
+            item["metadata"]["name"]: item["spec"]["nodeName"]
+            for item in pods
+            if item["spec"].get("nodeName") and not item["metadata"].get("deletionTimestamp")
+        }
+
+    def _list(self, path: str) -> list[dict[str, Any]]:
+        """Every item of a collection, in pages of 2,000."""
+        out: list[dict[str, Any]] = []
         token = ""
         while True:
             query: dict[str, str | int | bool] = {"limit": 2000}
             if token:
                 query["continue"] = token
-            page = request_json(self.api, "GET", f"/api/v1/namespaces/{namespace}/pods", query=query)
-            for item in page["items"]:
-                if item["spec"].get("nodeName") and not item["metadata"].get("deletionTimestamp"):
-                    out[item["metadata"]["name"]] = item["spec"]["nodeName"]
+            page = request_json(self.api, "GET", path, query=query)
+            out += page["items"]
             token = page["metadata"].get("continue") or ""
             if not token:
                 return out
 
+    def _empty(self, namespace: str) -> None:
+        """Delete the pods (and claims) first, without delete_namespace's 30 s client timeout:
+        10,000 pods and their claims take the apiserver longer than that in one request."""
+        options = {"gracePeriodSeconds": 0, "propagationPolicy": "Background"}
+        collections = [f"/api/v1/namespaces/{namespace}/pods"]
+        if self.workload.dra:
+            collections.append(f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaims")
+        for path in collections:
+            with contextlib.suppress(ApiException):
+                request_json(self.api, "DELETE", path, body=options, timeout=600)
+
     def _wait_gone(self, namespace: str) -> None:
-        deadline = time.monotonic() + 120
+        # 10,000 claims of the dra workload lose their finalizers one request at a time.
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             try:
                 request_json(self.api, "GET", f"/api/v1/namespaces/{namespace}")
@@ -767,7 +846,7 @@ class Bench:
                     return
                 raise
             time.sleep(0.2)
-        raise TimeoutError(f"namespace {namespace} still there after 120 s")
+        raise TimeoutError(f"namespace {namespace} still there after 300 s")
 
 
 @contextlib.contextmanager

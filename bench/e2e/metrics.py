@@ -60,6 +60,10 @@ class Recording:
     requests: dict[str, float] = field(default_factory=dict)  # "VERB resource[/sub]" -> count
     end: float = 0.0  # when the harness stopped watching
     stranded: int | None = None  # pending gangs that fit the final free capacity (engine oracle)
+    # dra workload only (None otherwise), from listing every ResourceClaim at the end:
+    devices_twice: int | None = None  # (driver, pool, device) in two claims' allocations
+    bound_without_device: int | None = None  # bound pods whose claim is not allocated on their node
+    claims_allocated: int | None = None
 
 
 def recording_to_json(rec: Recording) -> dict[str, Any]:
@@ -73,6 +77,9 @@ def recording_to_json(rec: Recording) -> dict[str, Any]:
         "requests": rec.requests,
         "end": rec.end,
         "stranded": rec.stranded,
+        "devices_twice": rec.devices_twice,
+        "bound_without_device": rec.bound_without_device,
+        "claims_allocated": rec.claims_allocated,
     }
 
 
@@ -88,7 +95,14 @@ def recording_from_json(data: Mapping[str, Any]) -> Recording:
         requests={str(k): float(v) for k, v in data["requests"].items()},
         end=float(data["end"]),
         stranded=None if data["stranded"] is None else int(data["stranded"]),
+        devices_twice=_optional_int(data.get("devices_twice")),
+        bound_without_device=_optional_int(data.get("bound_without_device")),
+        claims_allocated=_optional_int(data.get("claims_allocated")),
     )
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +206,10 @@ class Figures:
     # Scheduler CPU use (cores) between the last bind and the end of the run: work spent on
     # gangs that cannot be placed any more (NaN in results written before this field existed).
     after_last_bind_cores: float = float("nan")
+    # dra workload only (None otherwise): see Recording.
+    devices_allocated_twice: int | None = None
+    bound_without_device: int | None = None
+    claims_allocated: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "partial"}
@@ -346,6 +364,9 @@ def compute(
         partial=tuple(episodes),
         after_last_bind_cores=(cpu_at(recording.cpu, end) - cpu_at(recording.cpu, last_bind))
         / max(end - last_bind, 1e-9),
+        devices_allocated_twice=recording.devices_twice,
+        bound_without_device=recording.bound_without_device,
+        claims_allocated=recording.claims_allocated,
     )
 
 

@@ -19,7 +19,13 @@ from .workload import Workload
 LABELS: Final = {"gangsched": "gangsched", "native": "kube-scheduler v1.36.3"}
 COLOURS: Final = {"gangsched": "tab:blue", "native": "tab:orange"}
 # Requests the bench itself makes (creates and its watch), not the scheduler.
-BENCH_REQUESTS: Final = frozenset({"POST pods", "POST podgroups", "LIST pods", "WATCH pods"})
+BENCH_REQUESTS: Final = frozenset(
+    {"POST pods", "POST podgroups", "LIST pods", "WATCH pods", "POST resourceclaimtemplates"}
+)
+# kube-controller-manager's resourceclaim controller during a dra run, the same for both
+# contestants: it creates each pod's claim from the template and records its name in the
+# pod's status (a server-side apply). Not the scheduler's writes.
+CONTROLLER_REQUESTS: Final = frozenset({"POST resourceclaims", "APPLY pods/status"})
 # The apiserver's own housekeeping during a run (its lease, the `kubernetes` endpoints).
 HOUSEKEEPING: Final = frozenset({"leases", "endpoints", "endpointslices"})
 MUTATING: Final = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
@@ -46,6 +52,7 @@ def scheduler_writes(figures: Figures) -> float:
         for key, count in figures.api_requests.items()
         if key.split(" ")[0] in MUTATING
         and key not in BENCH_REQUESTS
+        and key not in CONTROLLER_REQUESTS
         and key.split(" ")[-1].split("/")[0] not in HOUSEKEEPING
     )
 
@@ -114,7 +121,16 @@ ROWS: Final[Sequence[Row]] = (
         "lower",
     ),
     ("pods created per second by the load generator", lambda f: f.submit_pods_per_second, "", 0, ""),
+    # dra workload only (the table leaves these rows out when no run has them)
+    ("devices allocated twice (must be 0)", lambda f: _optional(f.devices_allocated_twice), "", 0, ""),
+    ("bound pods without their device (must be 0)", lambda f: _optional(f.bound_without_device), "", 0, ""),
+    ("ResourceClaims allocated at the end", lambda f: _optional(f.claims_allocated), "", 0, ""),
 )
+DRA_ROWS: Final = frozenset(row[0] for row in ROWS[-3:])
+
+
+def _optional(value: int | None) -> float:
+    return float("nan") if value is None else float(value)
 
 
 def _writes_per_pod(f: Figures) -> float:
@@ -137,6 +153,8 @@ def table(runs: Mapping[str, Sequence[Figures]]) -> str:
     lines = [head + " |", sep]
     for label, value, unit, digits, better in ROWS:
         medians = {n: _median([value(f) for f in runs[n]]) for n in names}
+        if label in DRA_ROWS and all(math.isnan(v) for v in medians.values()):
+            continue
         cells = [_fmt(medians[n], unit, digits) for n in names]
         if both:
             g, k = medians["gangsched"], medians["native"]
@@ -150,8 +168,13 @@ def table(runs: Mapping[str, Sequence[Figures]]) -> str:
 
 def workload_line(workload: Workload) -> str:
     s = workload.summary()
+    kind = (
+        "; DRA: GPUs are ResourceSlice devices, one claim of one GPU per GPU pod (ResourceClaimTemplate)"
+        if workload.dra
+        else ""
+    )
     return (
-        f"{workload.topology.describe()}; seed {workload.seed}: {s['gangs']} gangs, {s['pods']} pods, "
+        f"{workload.topology.describe()}{kind}; seed {workload.seed}: {s['gangs']} gangs, {s['pods']} pods, "
         f"{s['requested_gpus']} GPUs requested for {s['cluster_gpus']} ({workload.oversubscription:.2f}x); "
         f"{s['single_pod_jobs']} single-pod jobs, {s['gangs_le_8_pods']} gangs of <= 8 pods, largest "
         f"{s['largest_gang']} pods, {s['with_launcher']} with a launcher; Required rack "
@@ -208,7 +231,8 @@ def plot(recordings: Sequence[Recording], workload: Workload, path: Path) -> Non
     ax.text(0, workload.pods, f" {workload.pods} pods in the workload", va="bottom", fontsize=8, color="gray")
     ax.set_ylabel("pods")
     ax.set_title(
-        f"Pods bound over time: {workload.topology.nodes} nodes x 8 GPUs, "
+        f"Pods bound over time: {workload.topology.nodes} nodes x 8 "
+        f"{'GPU devices (DRA)' if workload.dra else 'GPUs'}, "
         f"{len(workload.gangs)} gangs, {workload.oversubscription:.2f}x GPU oversubscription"
     )
     ax.grid(True, alpha=0.3)

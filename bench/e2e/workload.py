@@ -15,6 +15,18 @@ Gang sizes. The trace facts used (shared/reference/placement-algorithms.md §4, 
 
 A gang's GPU demand is capped at a third of the cluster (so a 256-pod gang of 8-GPU workers
 needs the 1,000-node cluster; at 100 nodes the tail is cut to what fits).
+
+Two kinds of workload (`WorkloadKind`):
+
+- ``gpu``: GPUs are the extended resource ``nvidia.com/gpu`` on the nodes and in the pods.
+- ``dra``: the nodes have no extended GPUs; a fake DRA driver (gangsched_testing.fakedra)
+  publishes each node's 8 GPUs as devices in a ResourceSlice, and every GPU pod takes one
+  GPU through a ResourceClaimTemplate (``TEMPLATE``: one request of one device of the
+  driver's class), so each pod gets a claim of its own from the resourceclaim controller.
+  Same draws as ``gpu`` (gang sizes, launchers, topology mix, in the same order), but every
+  GPU pod asks for exactly one GPU: a claim per GPU is what a DRA cluster's per-device
+  accounting costs, and one device per claim keeps the two contestants' allocators on the
+  same problem. So the same oversubscription takes about 5x the pods of ``gpu``.
 """
 
 from __future__ import annotations
@@ -24,11 +36,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from gangsched_testing import builders
+from gangsched_testing import builders, fakedra
+from gangsched_testing import dra as dra_builders
 from gangsched_testing.builders import pod_group_manifest
 from gangsched_testing.fakenodes import NodeSet, TopologyKeys, TopologyShape, node_manifests
 
 Flavour = Literal["gangsched", "native"]
+WorkloadKind = Literal["gpu", "dra"]
 Level = Literal["rack", "block"]
 Manifest = dict[str, Any]
 
@@ -44,6 +58,8 @@ NATIVE_API: Final = "scheduling.k8s.io/v1alpha2"
 GANGSCHED_API: Final = "scheduling.gangsched.io/v1alpha1"
 
 GPUS_PER_NODE: Final = 8
+TEMPLATE: Final = "bench-one-gpu"  # the dra workload's ResourceClaimTemplate
+CLAIM_ENTRY: Final = "gpu"  # its entry in pod.spec.resourceClaims
 NODE_CPU: Final = 32
 NODE_MEMORY_GI: Final = 256
 LAUNCHER_CPU: Final = 2
@@ -160,6 +176,11 @@ class Workload:
     gangs: tuple[Gang, ...]
     seed: int
     oversubscription: float
+    kind: WorkloadKind = "gpu"
+
+    @property
+    def dra(self) -> bool:
+        return self.kind == "dra"
 
     @property
     def pods(self) -> int:
@@ -173,6 +194,7 @@ class Workload:
         gangs = self.gangs
         groups = [g for g in gangs if g.is_group]
         return {
+            "kind": self.kind,
             "gangs": len(gangs),
             "pods": self.pods,
             "requested_gpus": self.gpus,
@@ -194,8 +216,21 @@ def _pick(rng: random.Random, table: Sequence[tuple[int, float]]) -> int:
     return rng.choices(values, weights=weights)[0]
 
 
-def generate(topology: Topology, *, seed: int, oversubscription: float, max_gang: int = 256) -> Workload:
-    """Gangs drawn until their GPUs reach `oversubscription` x the cluster's GPUs. Deterministic."""
+def generate(
+    topology: Topology,
+    *,
+    seed: int,
+    oversubscription: float,
+    max_gang: int = 256,
+    kind: WorkloadKind = "gpu",
+) -> Workload:
+    """Gangs drawn until their GPUs reach `oversubscription` x the cluster's GPUs. Deterministic.
+
+    ``dra``: the same draws, but every GPU pod takes one GPU (the draw is made and then
+    overridden, so the random stream, and with it the sequence of gang shapes, stays that of
+    ``gpu``).
+    """
+    one = kind == "dra"
     rng = random.Random(seed)
     cap = max(GPUS_PER_NODE, topology.gpus // 3)
     exponents = [k for k in SIZE_EXPONENTS if 2**k <= max_gang]
@@ -207,10 +242,12 @@ def generate(topology: Topology, *, seed: int, oversubscription: float, max_gang
         size = 2 ** rng.choices(exponents, weights=weights)[0]
         if size == 1:
             gpus = _pick(rng, SINGLE_POD_GPUS)
+            gpus = 1 if one else gpus
             pods: tuple[PodShape, ...] = (PodShape("0", gpus, 3 * gpus, 24 * gpus),)
             gang = Gang(index=len(gangs), pods=pods, required=None, preferred_rack=False)
         else:
             gpus = _pick(rng, WORKER_GPUS)
+            gpus = 1 if one else gpus
             while size * gpus > cap and size > 2:
                 size //= 2
             while size * gpus > cap and gpus > 1:
@@ -237,23 +274,41 @@ def generate(topology: Topology, *, seed: int, oversubscription: float, max_gang
             gang = Gang(index=len(gangs), pods=workers, required=required, preferred_rack=preferred)
         gangs.append(gang)
         requested += gang.gpus
-    return Workload(topology=topology, gangs=tuple(gangs), seed=seed, oversubscription=oversubscription)
+    return Workload(
+        topology=topology, gangs=tuple(gangs), seed=seed, oversubscription=oversubscription, kind=kind
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Manifests
 
 
-def node_set(topology: Topology, *, pool: str) -> NodeSet:
-    """The fake nodes: names and topology label values are prefixed with the pool."""
+def node_set(topology: Topology, *, pool: str, dra: bool = False) -> NodeSet:
+    """The fake nodes: names and topology label values are prefixed with the pool.
+
+    With `dra` they have no extended GPUs: their GPUs are the fake driver's devices
+    (`node_devices`). The oracle always uses the extended form: on these nodes, with one
+    device per claim and every device alike, "a free GPU device" and "a free unit of
+    nvidia.com/gpu" are the same thing, so feasibility is the same question.
+    """
     return NodeSet(
         shape=topology.shape,
         name_prefix=f"{pool}-",
         cpu=str(NODE_CPU),
         memory=f"{NODE_MEMORY_GI}Gi",
-        extended={GPU: str(GPUS_PER_NODE)},
+        extended={} if dra else {GPU: str(GPUS_PER_NODE)},
         labels={POOL_LABEL: pool},
     )
+
+
+def node_devices() -> fakedra.NodeDevices:
+    """What the fake driver publishes for each node of the dra workload: 8 GPUs, nothing else."""
+    return fakedra.NodeDevices(gpus=GPUS_PER_NODE, gpu_model="H100")
+
+
+def claim_template(namespace: str) -> Manifest:
+    """The dra workload's ResourceClaimTemplate: one device of the fake driver's class."""
+    return dra_builders.claim_template(namespace, TEMPLATE, dra_builders.request(CLAIM_ENTRY))
 
 
 def node_domains(topology: Topology, *, pool: str) -> dict[str, tuple[str, str]]:
@@ -286,15 +341,18 @@ def group_manifest(gang: Gang, flavour: Flavour) -> Manifest | None:
     return {"apiVersion": NATIVE_API, "kind": "PodGroup", "metadata": {"name": gang.name}, "spec": spec}
 
 
-def pod_manifest(gang: Gang, pod: PodShape, flavour: Flavour, *, pool: str) -> Manifest:
+def pod_manifest(gang: Gang, pod: PodShape, flavour: Flavour, *, pool: str, dra: bool = False) -> Manifest:
+    """One member pod; with `dra` a GPU pod takes its GPU through the claim template instead."""
     native = flavour == "native" and gang.is_group
-    return builders.pod_manifest(
+    if dra and pod.gpus not in (0, 1):
+        raise ValueError(f"{gang.pod_name(pod)}: the dra workload has one GPU per pod, not {pod.gpus}")
+    body = builders.pod_manifest(
         gang.pod_name(pod),
         gang.name if flavour == "gangsched" and gang.is_group else None,
         namespace=None,
         cpu=str(pod.cpu),
         memory=f"{pod.memory_gi}Gi",
-        gpu=pod.gpus,
+        gpu=0 if dra else pod.gpus,
         scheduler=SCHEDULER_NAMES[flavour],
         node_selector={POOL_LABEL: pool},
         labels={GANG_LABEL: gang.name},
@@ -303,3 +361,6 @@ def pod_manifest(gang: Gang, pod: PodShape, flavour: Flavour, *, pool: str) -> M
             **({"schedulingGroup": {"podGroupName": gang.name}} if native else {}),
         },
     )
+    if dra and pod.gpus:
+        body = dra_builders.pod_claims(body, {CLAIM_ENTRY: f"template:{TEMPLATE}"})
+    return body

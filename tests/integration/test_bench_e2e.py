@@ -51,3 +51,36 @@ def test_small_benchmark_places_every_gang_whole(
             assert fig.stranded_gangs == 0, where
     assert "| partial gangs ever observed (must be 0) | 0 |" in report.table(figures)
     assert "matplotlib" not in sys.modules  # the table needs no plotting library
+
+
+def test_small_dra_benchmark_allocates_every_device_once(
+    controller_manager: devcluster.ControlPlane, tmp_path: Path
+) -> None:
+    """The dra workload: 20 nodes whose 8 GPUs are fake-driver devices, a one-GPU claim template
+    per GPU pod, half the devices asked for. Both contestants must place every gang whole and
+    hand out every device once (the DRA oracle over all the claims)."""
+    topology = Topology(nodes=20, rack_size=5, racks_per_block=2)
+    workload = generate(topology, seed=7, oversubscription=0.5, kind="dra")
+    assert any(g.is_group and g.required for g in workload.gangs)
+    options = Options(pool=f"t{uuid.uuid4().hex[:6]}", quiet=8.0, timeout=60.0, log=lambda _: None)
+    contestants: list[Flavour] = ["gangsched"]
+    if controller_manager.binaries.kube_scheduler is not None:
+        contestants.append("native")
+    domains = node_domains(topology, pool=options.pool)
+    figures: dict[str, list[metrics.Figures]] = {}
+    with Bench(controller_manager, workload, options, tmp_path) as bench:
+        for flavour in contestants:
+            fig = metrics.compute(bench.run(flavour), workload, domains, gap=options.gap)
+            figures[flavour] = [fig]
+            where = f"{flavour}: {fig.as_dict()}"
+            assert fig.partial_gangs == 0, where
+            assert fig.required_violations == 0, where
+            assert fig.gangs_placed == len(workload.gangs), where
+            assert fig.pods_bound == workload.pods, where
+            assert fig.devices_allocated_twice == 0, where
+            assert fig.bound_without_device == 0, where
+            assert fig.claims_allocated == workload.gpus, where
+            assert fig.stranded_gangs == 0, where
+            # The resourceclaim controller's writes are not the scheduler's.
+            assert report.scheduler_writes(fig) < sum(fig.api_requests.values()), where
+    assert "| devices allocated twice (must be 0) | 0 |" in report.table(figures)

@@ -1,4 +1,5 @@
-"""`make demo`'s story (hack/demo.py) in fast mode, on the session's control plane."""
+"""`make demo`'s story (hack/demo.py) in fast mode, on the session's control plane, then its
+DRA chapter (when kube-controller-manager runs)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from kubernetes import client
 from operator_support import Operator
 
-from gangsched_testing import fakenodes
+from gangsched_testing import devcluster, fakedra, fakenodes
 
 pytestmark = pytest.mark.integration
 
@@ -79,3 +80,46 @@ def test_demo_story_goes_as_scripted(
     assert "why it waits: Unschedulable: " in text
     assert "==> block-job finishes" in text
     assert "\033[" not in text  # no colours outside a terminal
+
+
+def test_demo_dra_chapter_takes_a100_for_the_whole_gang(
+    controller_manager: devcluster.ControlPlane,
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: Callable[[fakenodes.NodeSet], list[str]],
+    node_agent: fakenodes.NodeAgent,
+    operator_factory: Callable[..., Operator],
+) -> None:
+    demo = load_demo()
+    run = uuid.uuid4().hex[:6]
+    label = {"gangsched.io/demo-dra-run": run}
+    h100_set, a100_set = demo.dra_node_sets(name_prefix=f"d{run}-", labels=label)
+    h100 = fake_nodes(h100_set)
+    a100 = fake_nodes(a100_set)
+    try:
+        demo.publish_devices(admin_api, h100, a100)
+        operator = operator_factory("--namespace", namespace)
+        out = io.StringIO()
+
+        result = demo.run_dra_chapter(
+            admin_api,
+            h100_nodes=h100,
+            a100_nodes=a100,
+            namespace=namespace,
+            timing=demo.FAST,
+            out=out,
+            pod_node_selector=label,
+            check_alive=lambda: None if operator.proc.poll() is None else pytest.fail(operator.tail()),
+        )
+    finally:
+        fakedra.unpublish(admin_api, [*h100, *a100])
+
+    # 8 H100s for 12 pods: the whole gang on A100s, not 8 + 4, and the condition says which.
+    assert result.phase == "Running"
+    assert result.models == {"A100": 12}
+    assert result.results == {"gpu/a100": 12}
+    assert result.message.endswith("; devices: gpu/a100")
+    text = out.getvalue()
+    assert "firstAvailable: h100, else a100" in text
+    assert "dra-job runs whole on A100s" in text
+    assert "A100       4/4  dra-job 4" in text  # the device view: a full A100 node
