@@ -186,6 +186,26 @@ class Binder:
             detail = error_message(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
             log.warning("could not mark pod %s/%s unschedulable: %s", pod.namespace, pod.name, detail)
 
+    async def mark_disruption_target(self, pod: Pod, message: str) -> bool:
+        """DisruptionTarget=True, reason PreemptionByScheduler, on a victim before its
+        deletion (as kube-scheduler), so its controller and the job know why it ends."""
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": printable(message)[:4096],
+            "lastTransitionTime": now_rfc3339(),
+        }
+        body = {"metadata": {"uid": pod.uid}, "status": {"conditions": [condition]}}
+        try:
+            await self.transport.call("PATCH", path, body=body, content_type=STRATEGIC_MERGE_PATCH)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            log.warning("could not mark pod %s/%s: %s", pod.namespace, pod.name, error_message(exc))
+        return True
+
     # ------------------------------------------------------------------ status and events
 
     async def patch_pod_group_status(

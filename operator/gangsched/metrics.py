@@ -83,6 +83,19 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.preemptions = Counter(
+            "gangsched_preemption_attempts",
+            "Preemptions started for a group, by outcome (Started: every victim deleted or gone; "
+            "Partial: some deletions failed).",
+            ["outcome"],
+            registry=r,
+        )
+        self.preemption_victims = Counter(
+            "gangsched_preemption_victims",
+            "Victim pods by outcome (Deleted, Gone, Failed).",
+            ["outcome"],
+            registry=r,
+        )
         self._callbacks = _Callbacks()
         r.register(self._callbacks)
 

@@ -256,7 +256,16 @@ def to_json(result: CycleResult) -> dict[str, Any]:
         for d in sorted(result.decisions, key=lambda d: d.key)
         if d.is_pod_group
     ]
-    return {"pods": pods, "podGroups": groups}
+    preempted = sorted(
+        (
+            {"namespace": victim.namespace, "name": victim.name, "by": f"{d.namespace}/{d.name}"}
+            for d in result.decisions
+            if d.preemption is not None
+            for victim in d.preemption.victims
+        ),
+        key=lambda v: (v["namespace"], v["name"]),
+    )
+    return {"pods": pods, "podGroups": groups, "preempted": preempted}
 
 
 def to_text(result: CycleResult) -> str:
@@ -287,6 +296,11 @@ def to_text(result: CycleResult) -> str:
     else:
         lines.append("no pending pods to place")
     placed = sum(1 for _, node, _ in rows if node)
+    preemptions = [d for d in result.decisions if d.preemption is not None]
+    for d in preemptions:
+        assert d.preemption is not None
+        victims = ", ".join(f"{p.namespace}/{p.name}" for p in d.preemption.victims)
+        lines.append(f"{d.namespace}/{d.name} would preempt: {victims}")
     lines.append("")
     lines.append(f"{placed}/{len(rows)} pending pods placed; {len(groups)} pod groups")
     return "\n".join(lines)

@@ -71,7 +71,7 @@ def test_json_shape(tmp_path: Path) -> None:
         pod("solo"),  # a gangsched pod without a group: a group of one, not a PodGroup
     )
     out = simulate_json(tmp_path)
-    assert set(out) == {"pods", "podGroups"}
+    assert set(out) == {"pods", "podGroups", "preempted"}
     assert all(set(row) == POD_KEYS for row in out["pods"])
     assert all(set(row) == GROUP_KEYS for row in out["podGroups"])
     assert out["pods"] == [
@@ -107,7 +107,7 @@ def test_one_entry_per_pending_pod_and_per_group_with_pending_pods(tmp_path: Pat
 
 def test_no_pending_pods(tmp_path: Path) -> None:
     write(tmp_path / "in.yaml", node("n1"))
-    assert simulate_json(tmp_path) == {"pods": [], "podGroups": []}
+    assert simulate_json(tmp_path) == {"pods": [], "podGroups": [], "preempted": []}
     result = simulate(tmp_path)
     assert result.exit_code == 0
     assert "no pending pods to place" in result.stdout
@@ -274,6 +274,7 @@ def test_other_schedulers_pods_are_ignored(tmp_path: Path) -> None:
     assert out == {
         "pods": [{"namespace": "ml", "name": "theirs", "podGroup": None, "node": "n1", "devices": []}],
         "podGroups": [],
+        "preempted": [],
     }
 
 
@@ -522,3 +523,22 @@ def test_the_dra_example_directory() -> None:
     assert pair[0]["node"] == pair[1]["node"]
     assert pair[0]["devices"] == pair[1]["devices"]
     assert len(pair[0]["devices"]) == 1
+
+
+def test_preemptions_are_listed(tmp_path: Path) -> None:
+    docs = [
+        node_manifest("n1", gpu=8),
+        pod_manifest("low-0", None, node_name="n1", gpu=8, priority=10, phase="Running"),
+        pod_group_manifest("hi", 1),
+        pod_manifest("hi-0", "hi", gpu=8, priority=1000),
+    ]
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all(docs))
+    result = simulate(tmp_path, "-o", "json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["preempted"] == [{"namespace": "ml", "name": "low-0", "by": "ml/hi"}]
+    [group] = out["podGroups"]
+    assert not group["scheduled"]
+    assert "preempting 1 pod (priority <= 10)" in group["message"]
+    text = simulate(tmp_path).stdout
+    assert "ml/hi would preempt: ml/low-0" in text

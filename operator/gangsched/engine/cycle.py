@@ -15,11 +15,12 @@ from gangsched.engine.dra.claims import ClaimKey
 from gangsched.engine.dra.extended import delegate
 from gangsched.engine.dra.inventory import DeviceState, DraObjects
 from gangsched.engine.group import place_group
+from gangsched.engine.preemption import find_preemption
 from gangsched.engine.queue import Key, build_queue, order_key, queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, reservation_nodes
 from gangsched.engine.snapshot import BoolArray, Snapshot
 from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Reservation
-from gangsched.model import DEFAULT_SCHEDULER_NAME, Node, Pod, PodGroup
+from gangsched.model import DEFAULT_SCHEDULER_NAME, Node, Pod, PodGroup, Reason
 
 
 def schedule_groups(
@@ -29,6 +30,9 @@ def schedule_groups(
     reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS,
     held: Sequence[Reservation] = (),
     devices: DeviceState | None = None,
+    nominations: Sequence[Reservation] = (),
+    bound: Sequence[Pod] = (),
+    pod_groups: Mapping[Key, PodGroup] | None = None,
 ) -> tuple[list[GroupDecision], list[Reservation]]:
     """Decide for every group in queue order, assuming each placement before the next group.
 
@@ -38,18 +42,44 @@ def schedule_groups(
     than `reservation_after_seconds`, one per priority level at most. `devices` are the
     cluster's DRA devices (None: no DRA objects). Returned: the decisions, and the
     reservations that stand after this cycle.
+
+    A group that does not fit may preempt lower-priority units among `bound` pods
+    (`engine.preemption`); its decision then carries the victims, and the domain it will take
+    is held for it like a reservation (a nomination). `nominations` are those the loop keeps
+    while victims terminate: their owners do not preempt again, and groups behind them may
+    not use their nodes.
     """
     decisions: list[GroupDecision] = []
     deciding = {g.key for g in groups}
     standing = [r for r in held if r.owner not in deciding]
     allocated_now: dict[ClaimKey, AllocationResult] = {}
+    nominated = list(nominations)
+    preempting = {r.owner for r in nominations}
     for group in queue_order(groups):
-        blocked = blocked_for(snapshot, standing, order_key(group))
+        blocked = blocked_for(snapshot, [*standing, *nominated], order_key(group), group.key)
         outcome = place_group(snapshot, group, blocked, devices, allocated_now)
         decisions.append(outcome.decision)
         cap = outcome.capacity
         if outcome.decision.scheduled or cap is None:
             continue
+        if group.key not in preempting and outcome.decision.reason == Reason.UNSCHEDULABLE and bound:
+            found = find_preemption(
+                snapshot,
+                group,
+                bound=bound,
+                groups=pod_groups or {},
+                blocked=blocked,
+                devices=devices,
+                allocated_now=allocated_now,
+                required_keys=cap.required_keys,
+            )
+            if isinstance(found, str):
+                outcome.decision.message += f"; {found}"
+            elif found is not None:
+                outcome.decision.preemption = found
+                outcome.decision.message += f"; {found.describe()}"
+                nominated.append(Reservation(group.key, group.priority, order_key(group), found.nodes))
+                continue
         level_taken = any(r.priority == group.priority for r in standing)
         if group.waiting_seconds >= reservation_after_seconds and not level_taken:
             reserved = reservation_nodes(cap)
@@ -60,12 +90,15 @@ def schedule_groups(
 
 
 def blocked_for(
-    snapshot: Snapshot, reservations: Sequence[Reservation], order: tuple[int, str, str, str]
+    snapshot: Snapshot,
+    reservations: Sequence[Reservation],
+    order: tuple[int, str, str, str],
+    owner: Key | None = None,
 ) -> BoolArray | None:
-    """Nodes reserved for groups ahead of `order` in the queue."""
+    """Nodes reserved for groups ahead of `order` in the queue (never `owner`'s own)."""
     mask: BoolArray | None = None
     for reservation in reservations:
-        if reservation.order >= order:
+        if reservation.order >= order or reservation.owner == owner:
             continue
         nodes = [snapshot.index[n] for n in reservation.nodes if n in snapshot.index]
         if not nodes:
@@ -87,6 +120,7 @@ def schedule_cycle(
     exclude_pods: frozenset[Key] = frozenset(),
     reservations: Sequence[Reservation] = (),
     dra: DraObjects | None = None,
+    nominations: Sequence[Reservation] = (),
 ) -> CycleResult:
     """Group the pending pods of `scheduler_name`, then place every group in queue order.
 
@@ -112,6 +146,9 @@ def schedule_cycle(
         reservation_after_seconds=reservation_after_seconds,
         held=reservations,
         devices=devices,
+        nominations=nominations,
+        bound=[p for p in pods if p.holds_resources],
+        pod_groups={g.key: g for g in pod_groups},
     )
     for decision, request in zip(decisions, queue_order(queue.requests), strict=True):
         decision.is_pod_group = request.is_pod_group

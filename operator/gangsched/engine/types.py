@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from gangsched.engine.dra.allocator import AllocationResult
 from gangsched.model import Pod, Reason, TopologyConstraint
 
+Key = tuple[str, str]
+
 
 @dataclass(slots=True)
 class GroupRequest:
@@ -54,6 +56,48 @@ class PodDevice:
     device: str
 
 
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """Pods evicted together (a gang with disruptionMode PodGroup) or one pod."""
+
+    key: Key  # the PodGroup's key, or the pod's
+    pods: tuple[Pod, ...]
+    priority: int
+    is_gang: bool
+    started: str
+
+    def importance(self) -> tuple[int, int, int, str]:
+        """Sort key, most important first."""
+        return (-self.priority, 0 if self.is_gang else 1, -len(self.pods), self.started or "~")
+
+
+@dataclass(slots=True)
+class Preemption:
+    """The victims that make `preemptor` fit, and where it will go."""
+
+    preemptor: Key
+    priority: int
+    victims: list[Pod]
+    units: list[Unit]
+    nodes: frozenset[str]  # the domain nominated for the preemptor
+    domain: str | None  # "key=value/key=value", None when unconstrained
+    gpus: int = 0
+    freed_devices: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def damage(self) -> tuple[int, int, int]:
+        return (max((u.priority for u in self.units), default=0), len(self.victims), self.gpus)
+
+    def describe(self) -> str:
+        gangs = [u for u in self.units if u.is_gang]
+        where = f" in {self.domain}" if self.domain else ""
+        parts = [f"{len(self.victims)} pod{'s' if len(self.victims) != 1 else ''}"]
+        if gangs:
+            parts.append(f"of {len(gangs)} gang{'s' if len(gangs) != 1 else ''}")
+        top = max(u.priority for u in self.units)
+        return f"preempting {' '.join(parts)} (priority <= {top}){where}"
+
+
 @dataclass(slots=True)
 class GroupDecision:
     namespace: str
@@ -73,6 +117,8 @@ class GroupDecision:
     allocations: dict[tuple[str, str], AllocationResult] = field(default_factory=dict)
     # Per placed pod with claims: its devices, from new and earlier allocations alike.
     devices: dict[tuple[str, str], list[PodDevice]] = field(default_factory=dict)
+    # Unplaced, but running lower-priority units can make room: the loop evicts them.
+    preemption: Preemption | None = None
 
     @property
     def key(self) -> tuple[str, str]:

@@ -22,6 +22,7 @@ from gangsched.loop.claims import ClaimStep
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.groupclaims import GroupClaims
 from gangsched.loop.pipeline import BindingPipeline, GangPlan, PreBindStep
+from gangsched.loop.preempt import Preemptions
 from gangsched.loop.queue import SchedulingQueue
 from gangsched.loop.repair import GangRepair
 from gangsched.loop.report import Reporter
@@ -66,6 +67,14 @@ class Scheduler:
             binder=binder,
             reporter=self.reporter,
             claims=self.claims,
+            config=self.config,
+            clock=clock,
+        )
+        self.preemptions = Preemptions(
+            cache=cache,
+            binder=binder,
+            reporter=self.reporter,
+            metrics=self.metrics,
             config=self.config,
             clock=clock,
         )
@@ -127,6 +136,7 @@ class Scheduler:
         self.queue.forget(key)
         self.reporter.forget(key)
         self.repair.forget(key)
+        self.preemptions.forget(key)
 
     # ------------------------------------------------------------------ one cycle
 
@@ -159,10 +169,12 @@ class Scheduler:
                 exclude_pods=frozenset(exclude),
                 reservations=self._live_reservations(),
                 dra=self.cache.devices.objects(now),
+                nominations=self.preemptions.active(),
             )
             self.metrics.engine_seconds.observe(time.perf_counter() - started)
             self.reservations = {r.owner: r for r in result.reservations}
             self._apply(result, now, seen_generation)
+            self.preemptions.review(result.decisions)
         await self.reporter.write_statuses()
 
     def _schedule_timeout(self, group: Key) -> float:
@@ -254,6 +266,9 @@ class Scheduler:
             unplaced.append(decision.reason)
             self.queue.unplaced(key, decision.reason, now, seen_generation)
             self.reporter.unplaced(decision)
+            if decision.preemption is not None and key not in self.preemptions.nominations:
+                self.preemptions.nominate(decision)
+                self.tasks.spawn(self.preemptions.evict(decision), name=f"preempt for {key[0]}/{key[1]}")
         self.metrics.cycle_done(unplaced)
         log.debug("cycle %d: %d decisions", self.cycles, len(result.decisions))
 

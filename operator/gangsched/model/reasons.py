@@ -53,6 +53,9 @@ class EventReason(StrEnum):
     WAITING_FOR_RESOURCE_CLAIMS = "WaitingForResourceClaims"
     # Devices of the gang's claims have binding conditions not yet true (KEP-5007), as upstream.
     BINDING_CONDITIONS_PENDING = "BindingConditionsPending"
+    # Preemption (as kube-scheduler): on each victim, and on the preemptor.
+    PREEMPTED = "Preempted"
+    PREEMPTING = "Preempting"
     # On a PodGroup whose spec.priority is ignored (it is not the administrator's word).
     PRIORITY_IGNORED = "PriorityIgnored"
     # On a pod without a PodGroup (or whose PodGroup is missing), as kube-scheduler posts it.

@@ -1,0 +1,260 @@
+"""Whole-gang preemption: which running units to evict so that a higher-priority group fits.
+
+Pure, like the rest of the engine: `find_preemption` answers on the cycle's snapshot and
+device state (forked, never changed) what the loop then carries out (`loop.preempt`).
+
+Rules (kube-scheduler's KEP-5710 where it fits, better where it falls short):
+
+- The preemptor is the whole group, with its effective priority (a PriorityClass it names,
+  else its pods' admission-set priority; never `spec.priority`). A member with
+  `preemptionPolicy: Never` makes the group ineligible.
+- Victims are **units**: the bound members of a PodGroup with `disruptionMode: PodGroup`
+  (the default for gangs) go together, with the group's priority; any other pod alone.
+  Only units of strictly lower priority are candidates, never a system-critical one
+  (priority >= 2,000,000,000) nor a pod already terminating.
+- **Waiting beats preempting**: when the group would fit once pods already terminating are
+  gone, nothing is preempted.
+- Per candidate domain of the group's Required level (every node when it has none), up to
+  `MAX_DOMAINS` of them: remove every candidate unit with a pod in the domain; if the group
+  still does not fit there, the domain is out. Otherwise give units back most important
+  first (priority, gang over single pod, bigger gang, earlier start), keeping each reprieve
+  that still leaves room. Topology and devices are checked by the same `place_group` the
+  placement uses; a victim's DRA claim is freed when every pod using it is a victim.
+- The domain with the least damage wins: lowest highest-victim priority, then fewest victim
+  pods, then fewest GPUs taken (extended resources named like GPUs, plus freed devices).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from gangsched.engine.dra.allocator import AllocationResult
+from gangsched.engine.dra.claims import ClaimKey
+from gangsched.engine.dra.inventory import DeviceState
+from gangsched.engine.dra.pools import DeviceId
+from gangsched.engine.group import place_group
+from gangsched.engine.snapshot import BoolArray, Snapshot
+from gangsched.engine.types import GroupRequest, Preemption, Unit
+from gangsched.model import Pod, PodGroup
+
+# Priorities at or above this are system-critical (system-cluster-critical is 2,000,000,000).
+SYSTEM_CRITICAL = 2_000_000_000
+# Domains whose victims are searched, the most promising first (by the capacity candidates free).
+MAX_DOMAINS = 16
+# Units tried for a reprieve per domain, most important first; the rest stay victims.
+MAX_REPRIEVES = 256
+
+Key = tuple[str, str]
+
+
+def _started(pods: Sequence[Pod]) -> str:
+    stamps = [getattr(p, "started", "") or p.created for p in pods]
+    return min((s for s in stamps if s), default="")
+
+
+def _gang_disrupted_whole(group: PodGroup | None) -> bool:
+    """disruptionMode PodGroup (the default for gangs): the group is one victim unit."""
+    if group is None or group.spec is None:
+        return False
+    mode = getattr(group.spec, "effective_disruption_mode", None)
+    if isinstance(mode, str):
+        return mode == "PodGroup"
+    return group.spec.is_gang
+
+
+def victim_units(bound: Sequence[Pod], groups: Mapping[Key, PodGroup]) -> list[Unit]:
+    """Every running unit (candidates or not): gangs disrupted whole, other pods alone."""
+    members: dict[Key, list[Pod]] = {}
+    units: list[Unit] = []
+    for pod in bound:
+        if not pod.holds_resources:
+            continue
+        group = groups.get((pod.namespace, pod.pod_group)) if pod.pod_group else None
+        if _gang_disrupted_whole(group):
+            members.setdefault((pod.namespace, str(pod.pod_group)), []).append(pod)
+        else:
+            units.append(Unit(pod.key, (pod,), pod.priority, False, _started([pod])))
+    for key, pods in members.items():
+        group = groups[key]
+        priority = group.priority if group.has_priority_class else max(p.priority for p in pods)
+        units.append(Unit(key, tuple(pods), priority, True, _started(pods)))
+    return units
+
+
+def may_preempt(group: GroupRequest) -> bool:
+    return group.priority > 0 and all(
+        getattr(p, "preemption_policy", "PreemptLowerPriority") != "Never" for p in group.pending
+    )
+
+
+class _World:
+    """The snapshot and devices with some pods gone, for one fit check."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        devices: DeviceState | None,
+        allocated_now: Mapping[ClaimKey, AllocationResult],
+        claim_users: Mapping[ClaimKey, frozenset[Key]],
+        terminating: Sequence[Pod],
+    ) -> None:
+        self.snapshot = snapshot
+        self.terminating = list(terminating)  # gone soon whatever we do
+        self.devices = devices
+        self.allocated_now = allocated_now
+        self.claim_users = claim_users
+
+    def freed_claims(self, gone: set[Key]) -> list[ClaimKey]:
+        return [k for k, users in self.claim_users.items() if users and users <= gone]
+
+    def fits(self, group: GroupRequest, pods: Sequence[Pod], outside: BoolArray | None) -> bool:
+        snap = copy.copy(self.snapshot)
+        snap.columns = dict(self.snapshot.columns)
+        snap.used = self.snapshot.used.copy()
+        gone = [*self.terminating, *pods]
+        for pod in gone:
+            row = snap.index.get(pod.node_name)
+            if row is not None:
+                request = snap.vector(pod.requests)
+                snap.used[row, : request.shape[0]] -= request
+        state = None
+        if self.devices is not None:
+            state = fork_devices(self.devices, self.freed_devices({p.key for p in gone}))
+        outcome = place_group(snap, group, outside, state, dict(self.allocated_now))
+        return outcome.decision.scheduled
+
+    def freed_devices(self, gone: set[Key]) -> list[DeviceId]:
+        if self.devices is None:
+            return []
+        claims = self.devices.objects.claims
+        out: list[DeviceId] = []
+        for key in self.freed_claims(gone):
+            claim = claims.get(key)
+            if claim is not None and claim.allocation is not None:
+                out.extend(d.device_id for d in claim.allocation.devices if not d.admin_access)
+        return out
+
+
+def fork_devices(state: DeviceState, freed: Sequence[DeviceId]) -> DeviceState:
+    """`state` with `freed` devices free again (a copy; `state` is unchanged)."""
+    fork = copy.copy(state)
+    fork.free = state.free.copy()
+    fork.in_use = set(state.in_use)
+    fork._counters = None  # recomputed from what is in use now
+    for device in freed:
+        row = state.table.ids.get(device)
+        fork.in_use.discard(device)
+        if row is not None and state.table.usable[row]:
+            fork.free[row] = True
+    return fork
+
+
+def claim_users(bound: Sequence[Pod]) -> dict[ClaimKey, frozenset[Key]]:
+    """Which running pods use each claim (a claim is freed when all of them are victims)."""
+    users: dict[ClaimKey, set[Key]] = {}
+    for pod in bound:
+        if not pod.holds_resources:
+            continue
+        for entry in pod.claims:
+            name = entry.claim_name or pod.claim_statuses.get(entry.name)
+            if name:
+                users.setdefault((pod.namespace, name), set()).add(pod.key)
+    return {k: frozenset(v) for k, v in users.items()}
+
+
+def _gpus(pods: Sequence[Pod], freed: int) -> int:
+    total = freed
+    for pod in pods:
+        total += sum(v // 1000 for k, v in pod.requests.items() if "gpu" in k.lower())
+    return total
+
+
+def find_preemption(
+    snapshot: Snapshot,
+    group: GroupRequest,
+    *,
+    bound: Sequence[Pod],
+    groups: Mapping[Key, PodGroup],
+    blocked: BoolArray | None,
+    devices: DeviceState | None,
+    allocated_now: Mapping[ClaimKey, AllocationResult],
+    required_keys: tuple[str, ...],
+) -> Preemption | str | None:
+    """The least damaging preemption that makes `group` fit; a reason (str) when it should
+    wait instead (terminating pods will make room); None when preemption cannot help."""
+    if not may_preempt(group):
+        return None
+    terminating = [p for p in bound if p.holds_resources and p.deleting]
+    world = _World(snapshot, devices, allocated_now, claim_users(bound), terminating)
+    if terminating and world.fits(group, [], blocked):
+        return f"waiting for {len(terminating)} terminating pod(s) to make room"
+    units = [
+        u
+        for u in victim_units([p for p in bound if not p.deleting], groups)
+        if u.priority < group.priority and u.priority < SYSTEM_CRITICAL
+    ]
+    if not units or not world.fits(group, [p for u in units for p in u.pods], blocked):
+        return None  # not even evicting every candidate makes room
+    n = len(snapshot.nodes)
+    if required_keys:
+        ids, values = snapshot.domains(required_keys)
+    else:
+        ids, values = np.zeros(n, dtype=np.int64), [()]
+    rows_of = {
+        u.key: [snapshot.index[p.node_name] for p in u.pods if p.node_name in snapshot.index] for u in units
+    }
+    # Domains by the capacity their candidate victims hold, most first.
+    weight = np.zeros(len(values), dtype=np.int64)
+    for u in units:
+        for row in rows_of[u.key]:
+            if ids[row] >= 0:
+                weight[ids[row]] += len(u.pods)
+    best: Preemption | None = None
+    for domain in [int(d) for d in np.argsort(-weight, kind="stable")[:MAX_DOMAINS] if weight[d] > 0]:
+        inside = ids == domain
+        outside = ~inside if blocked is None else (~inside | blocked)
+        here = [u for u in units if any(inside[r] for r in rows_of[u.key])]
+        chosen = _victims_in(world, group, here, outside)
+        if chosen is None:
+            continue
+        victims = [p for u in chosen for p in u.pods]
+        freed = world.freed_devices({p.key for p in victims})
+        names = frozenset(
+            snapshot.nodes[int(i)].name
+            for i in np.flatnonzero(inside & ~(blocked if blocked is not None else np.zeros(n, dtype=bool)))
+        )
+        label = "/".join(f"{k}={v}" for k, v in zip(required_keys, values[domain], strict=True)) or None
+        candidate = Preemption(
+            preemptor=group.key,
+            priority=group.priority,
+            victims=victims,
+            units=chosen,
+            nodes=names,
+            domain=label,
+            gpus=_gpus(victims, len(freed)),
+            freed_devices=freed,
+        )
+        if best is None or candidate.damage < best.damage:
+            best = candidate
+    return best
+
+
+def _victims_in(
+    world: _World, group: GroupRequest, units: list[Unit], outside: BoolArray
+) -> list[Unit] | None:
+    """The units to evict in one domain (reprieving the most important that can stay), or
+    None when even evicting every candidate does not make room."""
+    if not units:
+        return None
+    removed = [p for u in units for p in u.pods]
+    if not world.fits(group, removed, outside):
+        return None
+    victims = list(units)
+    for unit in sorted(units, key=Unit.importance)[:MAX_REPRIEVES]:
+        trial = [u for u in victims if u is not unit]
+        if world.fits(group, [p for u in trial for p in u.pods], outside):
+            victims = trial
+    return sorted(victims, key=Unit.importance)

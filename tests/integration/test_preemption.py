@@ -1,0 +1,115 @@
+"""Whole-gang preemption on the real control plane: victims chosen by the engine, marked
+DisruptionTarget and deleted, the preemptor nominated and placed where they were."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from kubernetes import client
+from operator_support import (
+    Operator,
+    all_bound,
+    bound_nodes,
+    create_pod_group,
+    create_pods,
+    events,
+    list_pods,
+    wait_until,
+)
+
+from gangsched._rawapi import request_json
+from gangsched_testing import fakenodes
+from gangsched_testing.builders import gang_manifests, pod_group_manifest
+
+pytestmark = pytest.mark.integration
+
+RACK = "example.com/rack"
+NodeFactory = Callable[[fakenodes.NodeSet], list[str]]
+OperatorFactory = Callable[..., Operator]
+
+
+@pytest.fixture
+def classes(admin_api: client.ApiClient) -> Iterator[dict[str, str]]:
+    """PriorityClasses low (10), mid (50) and high (1000), unique to the test."""
+    suffix = uuid.uuid4().hex[:5]
+    names = {level: f"{level}-{suffix}" for level in ("low", "mid", "high")}
+    values = {"low": 10, "mid": 50, "high": 1000}
+    for level, name in names.items():
+        body = {"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": name}, "value": values[level]}
+        request_json(admin_api, "POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body=body)
+    yield names
+    for name in names.values():
+        request_json(admin_api, "DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
+
+
+def racks(fake_nodes: NodeFactory) -> list[str]:
+    shape = fakenodes.TopologyShape(zones=1, blocks=1, racks=2, hosts=2)
+    prefix = f"p{uuid.uuid4().hex[:5]}-"
+    return fake_nodes(fakenodes.NodeSet(shape=shape, name_prefix=prefix, extended={"nvidia.com/gpu": "8"}))
+
+
+def rack_of(node: str) -> str:
+    return node.rsplit("-", 1)[0]
+
+
+def test_a_high_priority_gang_preempts_the_lowest_gang_of_one_rack_whole(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    node_agent: fakenodes.NodeAgent,
+    operator_factory: OperatorFactory,
+    classes: dict[str, str],
+) -> None:
+    racks(fake_nodes)
+    operator_factory()
+    topology = [(RACK, "Required")]
+    for name, level in (("low", "low"), ("mid", "mid")):
+        create_pod_group(
+            admin_api,
+            namespace,
+            pod_group_manifest(name, 4, topology=topology, priority_class=classes[level]),
+        )
+        create_pods(admin_api, namespace, gang_manifests(name, 4, gpu=4, priority_class=classes[level]))
+        wait_until(all_bound(admin_api, namespace, name, 4), what=f"{name} bound")
+    low_rack = {rack_of(n) for n in bound_nodes(admin_api, namespace, "low").values()}
+    # The cluster is full: the high gang needs a whole rack.
+    create_pod_group(
+        admin_api, namespace, pod_group_manifest("high", 4, topology=topology, priority_class=classes["high"])
+    )
+    create_pods(admin_api, namespace, gang_manifests("high", 4, gpu=4, priority_class=classes["high"]))
+    placed = wait_until(all_bound(admin_api, namespace, "high", 4), timeout=60, what="the high gang placed")
+    assert {rack_of(n) for n in placed.values()} == low_rack
+    # The whole low gang went (never half of it), the mid gang stayed.
+    assert list_pods(admin_api, namespace, "low") == []
+    assert len(bound_nodes(admin_api, namespace, "mid")) == 4
+    reasons = [e["reason"] for e in events(admin_api, namespace)]
+    assert reasons.count("Preempted") == 4
+    preempting = [e for e in events(admin_api, namespace, name="high") if e["reason"] == "Preempting"]
+    assert len(preempting) == 1
+    assert "preempting 4 pods of 1 gang (priority <= 10)" in preempting[0]["message"]
+
+
+def test_equal_priority_never_preempts(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    node_agent: fakenodes.NodeAgent,
+    operator_factory: OperatorFactory,
+    classes: dict[str, str],
+) -> None:
+    racks(fake_nodes)
+    operator_factory()
+    for name in ("a", "b"):
+        create_pod_group(admin_api, namespace, pod_group_manifest(name, 4, priority_class=classes["high"]))
+        create_pods(admin_api, namespace, gang_manifests(name, 4, gpu=4, priority_class=classes["high"]))
+        wait_until(all_bound(admin_api, namespace, name, 4), what=f"{name} bound")
+    create_pod_group(admin_api, namespace, pod_group_manifest("c", 4, priority_class=classes["high"]))
+    create_pods(admin_api, namespace, gang_manifests("c", 4, gpu=4, priority_class=classes["high"]))
+    wait_until(
+        lambda: any(e["reason"] == "Unschedulable" for e in events(admin_api, namespace, name="c")),
+        what="c Unschedulable",
+    )
+    assert not any(e["reason"] in ("Preempted", "Preempting") for e in events(admin_api, namespace))
+    assert len(bound_nodes(admin_api, namespace, "a")) == len(bound_nodes(admin_api, namespace, "b")) == 4
