@@ -174,3 +174,45 @@ def test_the_preemptor_may_use_its_own_nomination() -> None:
     d = decision(schedule_cycle(nodes=nodes(), pods=pods, pod_groups=groups, nominations=[nomination]), "hi")
     assert d.scheduled, d.message
     assert set(d.assignments.values()) == {f"{R0}-h0", f"{R0}-h1"}
+
+
+def test_a_dra_gang_frees_devices_by_preempting_their_claims_users() -> None:
+    from gangsched_testing import dra
+
+    hosts = [f"{R0}-h0", f"{R0}-h1"]
+    # Two low-priority pods hold all four GPUs of rack A through allocated claims.
+    low = [
+        dataclasses.replace(
+            dra.claim_pod(f"low-{i}", None, {"gpu": f"low-{i}-gpu"}, node_name=hosts[i], priority=10),
+            phase="Running",
+        )
+        for i in range(2)
+    ]
+    claims = [
+        dra.claim(
+            "ml",
+            f"low-{i}-gpu",
+            dra.request("gpu", count=2),
+            allocated=[("gpu", dra.GPU_DRIVER, hosts[i], f"gpu-{k}") for k in range(2)],
+            node=hosts[i],
+        )
+        for i in range(2)
+    ]
+    hi = [dra.claim_pod(f"hi-{i}", "hi", {"gpu": "template:two"}, priority=1000) for i in range(2)]
+    objects = dra.dra_objects(
+        [
+            dra.gpu_class(),
+            *(dra.node_slice(h, dra.gpus(2)) for h in hosts),
+            *claims,
+            dra.claim_template("ml", "two", dra.request("gpu", count=2)),
+        ],
+        [*low, *hi],
+    )
+    cluster = topology_nodes(zones=1, blocks=1, racks=1, hosts=2, gpu=0)
+    result = schedule_cycle(nodes=cluster, pods=[*low, *hi], pod_groups=[pod_group("hi", 2)], dra=objects)
+    d = decision(result, "hi")
+    assert victims(d) == ["low-0", "low-1"]
+    assert d.preemption is not None
+    assert sorted(d.preemption.freed_devices) == sorted(
+        (dra.GPU_DRIVER, h, f"gpu-{k}") for h in hosts for k in range(2)
+    )

@@ -198,6 +198,27 @@ def test_a_conflict_is_resolved_from_a_live_read() -> None:
     asyncio.run(scenario())
 
 
+def test_a_conflict_on_the_node_we_chose_is_our_own_binding() -> None:
+    """A retried Binding whose first answer was lost gets 409 "already assigned" to our node:
+    bound, so the pipeline must not take its claims back nor place it again."""
+
+    async def scenario() -> None:
+        cache = ClusterCache()
+        binder = FakeBinder()
+        sched = make(cache, binder)
+        cache.apply_node("ADDED", node("n1"))
+        cache.apply_pod_group("ADDED", group(1))
+        cache.apply_pod("ADDED", pod("g-0", 10))
+        binder.outcomes["g-0"] = BindOutcome.CONFLICT
+        binder.live[("ml", "g-0")] = pod("g-0", 20, node_name="n1")
+        await sched.cycle()
+        await settle(sched)
+        assert cache.pods[("ml", "g-0")].node_name == "n1"
+        assert "gangsched_binds_total{outcome=\"Bound\"} 1.0" in sched.metrics.render()
+
+    asyncio.run(scenario())
+
+
 def test_a_partial_gang_is_rolled_back_after_its_timeout() -> None:
     async def scenario() -> None:
         clock = Clock()

@@ -194,14 +194,15 @@ class DeviceCache:
         """What the engine gets (None when the cluster has no DRA objects at all)."""
         if not self.classes and not self.slices and not self.claims:
             return None
-        claims: Mapping[Key, ResourceClaim] = self.claims
+        # Copies: the engine runs in a worker thread while watch events change these dicts.
+        claims = dict(self.claims)
         if self._assumed:
-            claims = {**self.claims, **{k: c for k, c in self._assumed.items() if k in self.claims}}
+            claims.update({k: c for k, c in self._assumed.items() if k in self.claims})
         for device, until in list(self._unavailable.items()):
             if until <= now:
                 del self._unavailable[device]
         return DraObjects(
-            classes=self.classes,
+            classes=dict(self.classes),
             slices=list(self.slices.values()),
             claims=claims,
             unavailable=frozenset(self._unavailable),

@@ -99,6 +99,7 @@ class BindingPipeline:
                 return
             group = self.cache.pod_groups.get(plan.key) if plan.decision.is_pod_group else None
             results = await self.binder.bind_all(plan.assignments, group_uid=group.uid if group else "")
+            results = [await self._settle_conflict(r) for r in results]
             unbound = [r.pod for r in results if r.outcome is not BindOutcome.BOUND]
             for step in self.steps:
                 await step.finish(plan, unbound)
@@ -126,6 +127,22 @@ class BindingPipeline:
                 )
             return False
         return True
+
+    async def _settle_conflict(self, result: BindResult) -> BindResult:
+        """A 409 for a pod that is bound to the node we chose is our own Binding (a retry after
+        a lost answer): it counts as bound, and its claims must stay. Believe the server."""
+        if result.outcome is not BindOutcome.CONFLICT:
+            return result
+        try:
+            body = await self.live.read_pod(result.pod.namespace, result.pod.name)
+        except Exception:
+            return result
+        if body is not None:
+            self.cache.apply_pod("MODIFIED", body)
+            meta, spec = body.get("metadata") or {}, body.get("spec") or {}
+            if meta.get("uid") == result.pod.uid and spec.get("nodeName") == result.node:
+                return BindResult(result.pod, result.node, BindOutcome.BOUND)
+        return result
 
     def _drop(self, plan: GangPlan) -> None:
         for pod, _ in plan.assignments:
