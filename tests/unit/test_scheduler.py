@@ -214,7 +214,7 @@ def test_a_conflict_on_the_node_we_chose_is_our_own_binding() -> None:
         await sched.cycle()
         await settle(sched)
         assert cache.pods[("ml", "g-0")].node_name == "n1"
-        assert "gangsched_binds_total{outcome=\"Bound\"} 1.0" in sched.metrics.render()
+        assert 'gangsched_binds_total{outcome="Bound"} 1.0' in sched.metrics.render()
 
     asyncio.run(scenario())
 
