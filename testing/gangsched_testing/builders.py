@@ -133,13 +133,17 @@ def pod_manifest(
     resource_version: str | None = None,
     labels: Mapping[str, str] | None = None,
     spec: Mapping[str, Any] | None = None,
+    created: str | None = None,
+    start_time: str | None = None,
+    preemption_policy: str | None = None,
 ) -> Manifest:
     """A one-container Pod, a member of PodGroup `group` (its label) when given.
 
     Requests: `cpu` and `memory` (None leaves either out) and `gpu` GPUs, also as a limit
     unless `gpu_limit` is False; `limits` adds limits of its own. A container without
     requests or limits has no ``resources``. `spec` adds fields to the spec (tolerations,
-    affinity, ...); `node_name` and `priority` win over it.
+    affinity, ...); `node_name` and `priority` win over it. `created` is the
+    creationTimestamp, `start_time` status.startTime, `preemption_policy` spec.preemptionPolicy.
     """
     metadata: Manifest = {"name": name}
     if namespace is not None:
@@ -148,6 +152,8 @@ def pod_manifest(
         metadata["uid"] = uid
     if resource_version is not None:
         metadata["resourceVersion"] = resource_version
+    if created is not None:
+        metadata["creationTimestamp"] = created
     all_labels = {**(labels or {}), **({POD_GROUP_LABEL: group} if group else {})}
     if all_labels:
         metadata["labels"] = all_labels
@@ -187,10 +193,17 @@ def pod_manifest(
         body["nodeName"] = node_name
     if priority is not None:
         body["priority"] = priority
+    if preemption_policy is not None:
+        body["preemptionPolicy"] = preemption_policy
 
     obj: Manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": body}
+    status: Manifest = {}
     if phase is not None:
-        obj["status"] = {"phase": phase}
+        status["phase"] = phase
+    if start_time is not None:
+        status["startTime"] = start_time
+    if status:
+        obj["status"] = status
     return obj
 
 
@@ -215,11 +228,13 @@ def pod_group_manifest(
     uid: str | None = None,
     generation: int | None = None,
     resource_version: str | None = None,
+    disruption_mode: str | None = None,
     spec: Mapping[str, Any] | None = None,
 ) -> Manifest:
     """A PodGroup: a gang of `min_count`, or the basic policy when `min_count` is None.
 
-    `topology` lists the levels, outermost first; `timeout` is scheduleTimeoutSeconds.
+    `topology` lists the levels, outermost first; `timeout` is scheduleTimeoutSeconds;
+    `disruption_mode` is spec.disruptionMode (None: unset, the policy's default).
     `spec` replaces the whole spec, for specs the other options cannot spell (invalid ones).
     """
     metadata: Manifest = {"name": name}
@@ -246,6 +261,8 @@ def pod_group_manifest(
             body["priority"] = priority
         if priority_class is not None:
             body["priorityClassName"] = priority_class
+        if disruption_mode is not None:
+            body["disruptionMode"] = disruption_mode
     return {"apiVersion": POD_GROUP_API_VERSION, "kind": "PodGroup", "metadata": metadata, "spec": body}
 
 

@@ -4,6 +4,7 @@ tests/unit/test_crd.py checks them with an offline validator of the CRD's schema
 model, which ``gangsched simulate`` relies on, against the same rejections);
 tests/integration/test_podgroup_crd.py sends them to a real kube-apiserver. Each rejected
 spec carries the text each judge must say, since the two word their errors differently.
+:data:`UPDATES` are spec changes on an existing PodGroup, for the transition rules.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ VALID_SPECS: Final[Mapping[str, Spec]] = {
         "schedulingPolicy": {"gang": {"minCount": 2}},
         "schedulingConstraints": {"topology": [{"key": f"example.com/level{i}"} for i in range(5)]},
     },
+    "gang-disrupted-whole": example_with(disruptionMode="PodGroup"),
+    "gang-disrupted-by-pod": example_with(disruptionMode="Pod"),
+    "basic-disrupted-whole": {"schedulingPolicy": {"basic": {}}, "disruptionMode": "PodGroup"},
 }
 
 
@@ -155,6 +159,16 @@ INVALID_SPECS: Final[Mapping[str, Invalid]] = {
         offline="missing required",
         apiserver="spec.schedulingConstraints.topology[0].key: Required value",
     ),
+    "disruption-mode-bogus": Invalid(
+        example_with(disruptionMode="Gang"),
+        offline="unsupported value 'Gang'",
+        apiserver='spec.disruptionMode: Unsupported value: "Gang"',
+    ),
+    "disruption-mode-lowercase": Invalid(
+        example_with(disruptionMode="pod"),
+        offline="unsupported value 'pod'",
+        apiserver='Unsupported value: "pod"',
+    ),
     "timeout-zero": Invalid(
         example_with(scheduleTimeoutSeconds=0),
         offline="should be >= 1",
@@ -162,4 +176,63 @@ INVALID_SPECS: Final[Mapping[str, Invalid]] = {
     ),
 }
 
-__all__ = ["EXAMPLE_SPEC", "INVALID_SPECS", "VALID_SPECS", "Invalid", "Spec", "example_with"]
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """A spec change on an existing PodGroup, and the rule's message when it is refused."""
+
+    before: Spec
+    after: Spec
+    refused: str | None
+    """Text in the error of the transition rule that refuses it; None when it is allowed."""
+
+
+# Every gang field is immutable (changing one under a running gang would make it partial by
+# decree, or change how it may be preempted); the timeout is the operator's, and may change.
+UPDATES: Final[Mapping[str, Update]] = {
+    "min-count": Update(
+        EXAMPLE_SPEC,
+        example_with(schedulingPolicy={"gang": {"minCount": 9}}),
+        "schedulingPolicy is immutable",
+    ),
+    "gang-to-basic": Update(
+        EXAMPLE_SPEC, example_with(schedulingPolicy={"basic": {}}), "schedulingPolicy is immutable"
+    ),
+    "topology": Update(
+        EXAMPLE_SPEC,
+        example_with(schedulingConstraints={"topology": [{"key": "example.com/block"}]}),
+        "schedulingConstraints is immutable",
+    ),
+    "priority-class": Update(
+        EXAMPLE_SPEC, example_with(priorityClassName="other"), "priorityClassName is immutable"
+    ),
+    "priority": Update(EXAMPLE_SPEC, example_with(priority=7), "priority is immutable"),
+    "disruption-mode-set": Update(
+        EXAMPLE_SPEC, example_with(disruptionMode="Pod"), "disruptionMode is immutable"
+    ),
+    "disruption-mode-changed": Update(
+        example_with(disruptionMode="PodGroup"),
+        example_with(disruptionMode="Pod"),
+        "disruptionMode is immutable",
+    ),
+    "disruption-mode-removed": Update(
+        example_with(disruptionMode="Pod"), EXAMPLE_SPEC, "disruptionMode is immutable"
+    ),
+    "timeout": Update(EXAMPLE_SPEC, example_with(scheduleTimeoutSeconds=900), None),
+    "timeout-with-disruption-mode": Update(
+        example_with(disruptionMode="Pod"),
+        example_with(disruptionMode="Pod", scheduleTimeoutSeconds=900),
+        None,
+    ),
+}
+
+__all__ = [
+    "EXAMPLE_SPEC",
+    "INVALID_SPECS",
+    "UPDATES",
+    "VALID_SPECS",
+    "Invalid",
+    "Spec",
+    "Update",
+    "example_with",
+]

@@ -20,7 +20,7 @@ import yaml
 from gangsched.model import GROUP, MAX_TOPOLOGY_LEVELS, PLURAL, VERSION, ModelError, parse_pod_group_spec
 from gangsched.model.common import label_key_problem
 from gangsched_testing.builders import pod_group_manifest
-from gangsched_testing.crd_cases import EXAMPLE_SPEC, INVALID_SPECS, VALID_SPECS
+from gangsched_testing.crd_cases import EXAMPLE_SPEC, INVALID_SPECS, UPDATES, VALID_SPECS
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "podgroup.yaml"
@@ -62,9 +62,33 @@ CEL_RULES: dict[str, Callable[[Any], bool] | None] = {
         "has(self.resourceClaims) == has(oldSelf.resourceClaims) && "
         "(!has(self.resourceClaims) || self.resourceClaims == oldSelf.resourceClaims)"
     ): None,
+    (
+        "has(self.disruptionMode) == has(oldSelf.disruptionMode) && "
+        "(!has(self.disruptionMode) || self.disruptionMode == oldSelf.disruptionMode)"
+    ): None,
     "has(self.resourceClaimName) != has(self.resourceClaimTemplateName)": lambda v: (
         ("resourceClaimName" in v) != ("resourceClaimTemplateName" in v)
     ),
+}
+
+
+def _unchanged(field: str) -> Callable[[Any, Any], bool]:
+    """The mirror of `has(self.f) == has(oldSelf.f) && (!has(self.f) || self.f == oldSelf.f)`."""
+    return lambda new, old: (
+        (field in new) == (field in old) and (field not in new or new[field] == old[field])
+    )
+
+
+# The transition rules, mirrored for updates (self, oldSelf): `check_update` runs them offline.
+TRANSITION_RULES: dict[str, Callable[[Any, Any], bool]] = {
+    "self.schedulingPolicy == oldSelf.schedulingPolicy": lambda new, old: (
+        new["schedulingPolicy"] == old["schedulingPolicy"]
+    ),
+    **{
+        rule: _unchanged(rule.split(")", 1)[0].removeprefix("has(self."))
+        for rule, mirror in CEL_RULES.items()
+        if mirror is None and rule.startswith("has(self.")
+    },
 }
 
 INT32 = (-(2**31), 2**31 - 1)
@@ -154,6 +178,22 @@ def apply_defaults(schema: Schema, value: Any) -> Any:
     elif schema.get("type") == "array" and isinstance(value, list):
         value = [apply_defaults(schema["items"], item) for item in value]
     return value
+
+
+def check_update(schema: Schema, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Errors of an update from `old` to `new`: the new object's, then the transition rules'.
+
+    Transition rules run where both objects have the node; the CRD has them on spec only."""
+    errors = check(schema, new)
+    if errors:
+        return errors
+    spec_schema = schema["properties"]["spec"]
+    before, after = apply_defaults(schema, old)["spec"], apply_defaults(schema, new)["spec"]
+    for rule in spec_schema.get("x-kubernetes-validations", ()):
+        mirror = TRANSITION_RULES.get(rule["rule"])
+        if mirror is not None and not mirror(after, before):
+            errors.append(f".spec: {rule['message']}")
+    return errors
 
 
 def walk(schema: Schema, path: str = "") -> Iterator[tuple[str, Schema]]:
@@ -273,6 +313,10 @@ def test_spec_fields(schema: Schema) -> None:
     assert paths[".spec.priorityClassName"]["type"] == "string"
     assert paths[".spec.priority"]["format"] == "int32"
     assert paths[".spec.scheduleTimeoutSeconds"]["minimum"] == 1
+    disruption = paths[".spec.disruptionMode"]
+    assert disruption["enum"] == ["PodGroup", "Pod"]
+    # Its default depends on the policy (PodGroup for gangs, Pod for basic groups): the model's.
+    assert "default" not in disruption
 
 
 def test_status_fields(schema: Schema) -> None:
@@ -379,3 +423,38 @@ def test_example_podgroups_validate(schema: Schema) -> None:
     assert len(groups) >= 3
     for group in groups:
         assert check(schema, group) == [], group["metadata"]["name"]
+
+
+# --------------------------------------------------------------------------- updates
+
+
+def test_every_transition_rule_has_an_offline_mirror(schema: Schema) -> None:
+    for path, node in walk(schema):
+        for rule in node.get("x-kubernetes-validations", ()):
+            if CEL_RULES[rule["rule"]] is None:
+                assert rule["rule"] in TRANSITION_RULES, f"{path}: {rule['rule']!r}"
+                assert path == ".spec", "check_update runs transition rules on spec only"
+
+
+@pytest.mark.parametrize("name", list(UPDATES))
+def test_updates(schema: Schema, name: str) -> None:
+    case = UPDATES[name]
+    errors = check_update(schema, podgroup(case.before), podgroup(case.after))
+    if case.refused is None:
+        assert errors == []
+    else:
+        [error] = errors
+        assert case.refused in error
+
+
+def test_the_model_defaults_disruption_mode_by_policy() -> None:
+    gang = parse_pod_group_spec(EXAMPLE_SPEC)
+    basic = parse_pod_group_spec({"schedulingPolicy": {"basic": {}}})
+    assert (gang.disruption_mode, gang.effective_disruption_mode) == (None, "PodGroup")
+    assert (basic.disruption_mode, basic.effective_disruption_mode) == (None, "Pod")
+    by_pod = parse_pod_group_spec(VALID_SPECS["gang-disrupted-by-pod"])
+    assert by_pod.effective_disruption_mode == "Pod"
+    whole = parse_pod_group_spec(VALID_SPECS["basic-disrupted-whole"])
+    assert whole.effective_disruption_mode == "PodGroup"
+    with pytest.raises(ModelError, match=r"spec\.disruptionMode"):
+        parse_pod_group_spec(INVALID_SPECS["disruption-mode-bogus"].spec)

@@ -419,6 +419,13 @@ def test_explanation_names_reasons_and_best_domain() -> None:
     load = [pod(f"x{h}", gpu=8, node_name=f"z0-b1-r0-h{h}", scheduler="other") for h in range(4)]
     result = run(nodes, load + pods("w", 8, "g", gpu=8), [pod_group("g", 8, topology=[(BLOCK, "Required")])])
     message = decision(result, "g").message
+    # 8 whole-node pods, blocks of 4 nodes: told first that waiting will not help.
+    never = (
+        "can never fit: needs 8 pods placed together (64 nvidia.com/gpu), but the largest block, z0-b1, "
+        "holds at most 4 of them (32 nvidia.com/gpu) even when empty; "
+    )
+    assert message.startswith(never)
+    message = message.removeprefix(never)
     assert message.startswith("3/8 nodes eligible for 8 pods: ")
     assert "4 Insufficient nvidia.com/gpu" in message
     assert "1 untolerated taint dedicated=infra:NoExecute" in message

@@ -5,6 +5,16 @@
 
 Per-node reasons are counted for the group's main class (the one with the most pods) with
 vector operations: this runs for every unschedulable group, every cycle.
+
+A gang that can never fit (`reservation.never_fits`: more than the largest domain of its
+Required level holds even when empty) is told so first, since waiting will not help:
+
+    can never fit: needs 8 pods placed together (64 nvidia.com/gpu), but the largest block,
+    z0-b1, holds at most 6 of them (48 nvidia.com/gpu) even when empty; 12/16 nodes
+    eligible for 8 pods: 4 Insufficient nvidia.com/gpu; best block z0-b1 fits 3/8 (limited
+    by nvidia.com/gpu)
+
+"Never" is as the cluster is built now: a node added later is counted the next cycle.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ import numpy.typing as npt
 from gangsched.engine.capacity import GroupCapacity, PodClass
 from gangsched.engine.fill import greedy
 from gangsched.engine.placer import Placer
+from gangsched.engine.reservation import NeverFit, never_fits
 from gangsched.engine.snapshot import (
     INSUFFICIENT,
     MISSING_LABEL,
@@ -62,7 +73,51 @@ def explain(cap: GroupCapacity, placer: Placer) -> str:
         ids, _ = snap.domains(cap.required_keys)
         if len({int(ids[i]) for i in cap.bound_nodes}) > 1:
             message += "; bound members already span several domains of the Required level"
-    return message + "; " + _closest(cap, placer, np.flatnonzero(reason == OK), cls)
+    message += "; " + _closest(cap, placer, np.flatnonzero(reason == OK), cls)
+    never = _never_fit(cap)
+    # First, since waiting will not help; the usual explanation follows unchanged.
+    return message if never is None else never + "; " + message
+
+
+def _never_fit(cap: GroupCapacity) -> str | None:
+    """The "can never fit" verdict for a gang, or None (other groups keep their message:
+    one pod that fits no node is already said plainly)."""
+    if not cap.group.is_gang:
+        return None
+    verdict = never_fits(cap)
+    return None if verdict is None else never_fit_message(cap, verdict)
+
+
+def never_fit_message(cap: GroupCapacity, verdict: NeverFit) -> str:
+    """`verdict` in words: what must go together, and the most the largest domain holds."""
+    cls = cap.classes[cap.main]
+    limit = _empty_bottleneck(cap, verdict.nodes, cls)
+    # Totals in the limiting resource when every pod asks the same and it counts in whole
+    # units (GPUs, CPUs): "64 nvidia.com/gpu" says more than "8 pods"; bytes would be noise.
+    per_pod: tuple[int, str] | None = None
+    if limit is not None and len(cap.classes) == 1 and limit < cap.width:
+        name = cap.resource_name(limit)
+        unit = int(cls.request[limit])
+        if unit % 1000 == 0 and (name == "cpu" or "/" in name):
+            per_pod = (unit // 1000, name)
+
+    def worth(count: int) -> str:
+        return "" if per_pod is None else f" ({count * per_pod[0]} {per_pod[1]})"
+
+    plural = "s" if verdict.need != 1 else ""
+    together = " placed together" if verdict.need > 1 else ""
+    text = f"can never fit: needs {verdict.need} pod{plural}{together}{worth(verdict.need)}, but "
+    if verdict.holds == 0:
+        text += "no node it may use holds one of them even when empty"
+    else:
+        if verdict.level is None:
+            where = "the whole cluster"
+        else:
+            where = f"the largest {verdict.level.rsplit('/', 1)[-1]}, {'-'.join(verdict.domain or ())},"
+        text += f"{where} holds at most {verdict.holds} of them{worth(verdict.holds)} even when empty"
+    if limit is not None and per_pod is None:  # the totals name the resource already
+        text += f" (limited by {cap.resource_name(limit)})"
+    return text
 
 
 def explain_best(cap: GroupCapacity, placer: Placer) -> str:
@@ -71,7 +126,9 @@ def explain_best(cap: GroupCapacity, placer: Placer) -> str:
         return "no pending pods"
     cls = cap.classes[max(range(len(cap.classes)), key=lambda k: cap.counts[k])]
     usable = np.flatnonzero(cap.caps[cap.classes.index(cls)] > 0)
-    return _closest(cap, placer, usable, cls)
+    closest = _closest(cap, placer, usable, cls)
+    never = _never_fit(cap)
+    return closest if never is None else never + "; " + closest
 
 
 def _closest(cap: GroupCapacity, placer: Placer, eligible: IntArray, cls: PodClass) -> str:
@@ -155,6 +212,16 @@ def _limiting_columns(cap: GroupCapacity, nodes: IntArray, cls: PodClass) -> Int
     ratio = np.maximum(cap.free[np.ix_(nodes, cols)], 0) / cls.request[cols]
     limiting: IntArray = cols[np.argmin(ratio, axis=1)]
     return limiting
+
+
+def _empty_bottleneck(cap: GroupCapacity, nodes: IntArray, cls: PodClass) -> int | None:
+    """The column that limits `cls` on most of `nodes` when they are empty (allocatable)."""
+    cols = np.flatnonzero(cls.request > 0)
+    if nodes.size == 0 or cols.size == 0:
+        return None
+    ratio = cap.allocatable[np.ix_(nodes, cols)] / cls.request[cols]
+    columns, counts = np.unique(cols[np.argmin(ratio, axis=1)], return_counts=True)
+    return int(columns[np.argmax(counts)])
 
 
 def _bottlenecks(cap: GroupCapacity, nodes: IntArray, cls: PodClass) -> Counter[str]:

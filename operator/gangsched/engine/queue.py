@@ -15,8 +15,29 @@ Key = tuple[str, str]
 
 
 def order_key(group: GroupRequest) -> tuple[int, str, str, str]:
-    """Priority (higher first), then creation time, then namespace/name."""
+    """Priority (higher first), then the time the group became ready to schedule
+    (`GroupRequest.created`, see `ready_since`), then namespace/name.
+
+    Timestamps compare as strings: the apiserver writes them all as RFC 3339 in UTC to the
+    second, so text order is time order (and "" -- unknown -- comes first)."""
     return (-group.priority, group.created, group.namespace, group.name)
+
+
+def ready_since(group: PodGroup, members: Sequence[Pod]) -> str:
+    """When a PodGroup became ready to schedule: its `minCount`-th member pod's creation
+    time (pods ordered by creationTimestamp), or the PodGroup's own if it came later.
+
+    Not the PodGroup's creation time alone: a tenant could create an empty PodGroup early to
+    hold a place in the queue and add its pods hours later, ahead of gangs that were whole
+    all that time. Members counted are those `gate_group` counts towards the quorum (alive,
+    not being deleted, not gated): a gang is ready once it has minCount of those, and its
+    place is kept while it stays ready (later pods beyond minCount do not move it back). A
+    basic group (minCount 1) is ready with its first pod.
+    """
+    assert group.spec is not None
+    alive = sorted(p.created for p in members if not p.terminal and not p.deleting and not p.scheduling_gated)
+    nth = alive[min(group.spec.min_count, len(alive)) - 1] if alive else ""
+    return max(nth, group.created)
 
 
 def queue_order(groups: Iterable[GroupRequest]) -> list[GroupRequest]:
@@ -120,7 +141,7 @@ def _group(group: PodGroup, pending: list[Pod], members: list[Pod], waiting: flo
         pending=pending,
         bound=bound,
         priority=group.priority if group.has_priority_class else pod_priority,
-        created=group.created,
+        created=ready_since(group, members),
         waiting_seconds=waiting,
     )
 

@@ -24,6 +24,11 @@ from gangsched.model.common import (
 from gangsched.model.node import Taint
 from gangsched.model.priority import PriorityClasses
 
+# spec.preemptionPolicy values (core/v1); the apiserver defaults it to PreemptLowerPriority.
+PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+PREEMPT_NEVER = "Never"
+PREEMPTION_POLICIES = (PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER)
+
 
 @dataclass(frozen=True, slots=True)
 class Toleration:
@@ -142,6 +147,10 @@ class Pod:
     # claim status.extendedResourceClaimStatus names once one was created for them.
     extended: tuple[ExtendedRequest, ...] = ()
     extended_claim: str | None = None
+    # spec.preemptionPolicy: a pending pod with Never makes its whole group ineligible to preempt.
+    preemption_policy: str = PREEMPT_LOWER_PRIORITY
+    # status.startTime ("" until the kubelet starts it): orders victims, the youngest go first.
+    started: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -345,7 +354,20 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         extended=extended_requests(spec),
         extended_claim=str((status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName") or "")
         or None,
+        preemption_policy=_preemption_policy(spec),
+        started=str(status.get("startTime") or ""),
     )
+
+
+def _preemption_policy(spec: Mapping[str, Any]) -> str:
+    """spec.preemptionPolicy; a pod read from a file may carry a value the apiserver rejects."""
+    value = spec.get("preemptionPolicy")
+    if value is None or value == "":
+        return PREEMPT_LOWER_PRIORITY
+    if value not in PREEMPTION_POLICIES:
+        allowed = " or ".join(repr(v) for v in PREEMPTION_POLICIES)
+        raise ModelError(f"spec.preemptionPolicy: unknown value {value!r}, must be {allowed}")
+    return str(value)
 
 
 def parse_pod_claims(

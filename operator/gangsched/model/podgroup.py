@@ -28,6 +28,18 @@ class TopologyMode(StrEnum):
     PREFERRED = "Preferred"
 
 
+class DisruptionMode(StrEnum):
+    """How a PodGroup's running pods may be disrupted (preempted): as one unit, or one by one.
+
+    Upstream's KEP-5710 values. A gang evicted in part is rolled back anyway once below
+    minCount, so evicting it pod by pod would only waste the pods that survive: gangs default
+    to PodGroup, basic groups (no quorum) to Pod.
+    """
+
+    POD_GROUP = "PodGroup"
+    POD = "Pod"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
@@ -112,6 +124,8 @@ class PodGroupSpec(_Strict):
     priority: int | None = None
     schedule_timeout_seconds: int | None = Field(alias="scheduleTimeoutSeconds", default=None, ge=1)
     resource_claims: tuple[GroupClaim, ...] = Field(alias="resourceClaims", default=())
+    # None when unset: the effective mode depends on the policy (`effective_disruption_mode`).
+    disruption_mode: DisruptionMode | None = Field(alias="disruptionMode", default=None)
 
     @field_validator("resource_claims")
     @classmethod
@@ -131,6 +145,13 @@ class PodGroupSpec(_Strict):
     @property
     def is_gang(self) -> bool:
         return self.scheduling_policy.gang is not None
+
+    @property
+    def effective_disruption_mode(self) -> DisruptionMode:
+        """spec.disruptionMode, else PodGroup for a gang and Pod for a basic group."""
+        if self.disruption_mode is not None:
+            return self.disruption_mode
+        return DisruptionMode.POD_GROUP if self.is_gang else DisruptionMode.POD
 
 
 def parse_pod_group_spec(spec: Mapping[str, Any]) -> PodGroupSpec:
