@@ -9,12 +9,14 @@ import copy
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from gangsched.cluster import ClusterCache
 from gangsched.cluster.devices import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES, DeviceCache
 from gangsched.engine import schedule_cycle
 from gangsched.loop.claims import FINALIZER, ClaimError, ClaimStep, binding_state, plan_claims
 from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.pipeline import GangPlan
 from gangsched.model.dra import ConsumerRef, parse_resource_claim
 from gangsched_testing import dra
 from gangsched_testing.builders import node, pod_group, pod_manifest
@@ -270,3 +272,60 @@ def test_a_claim_reserved_for_a_pending_pod_past_the_timeout_is_released() -> No
     claim = cache.devices.claims[("ml", "c")]
     assert claim.allocation is None
     assert claim.reserved_for == ()
+
+
+class LostAnswer(ClaimBinder):
+    """The first status write is applied, but its answer is lost: the retry gets a 409."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        super().__init__(body)
+        self.lost = False
+
+    async def patch_claim(
+        self,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        status: bool = False,
+        strategic: bool = False,
+    ) -> dict[str, Any]:
+        answer = await super().patch_claim(namespace, name, patch, status=status, strategic=strategic)
+        if status and not self.lost:
+            self.lost = True
+            raise ApiException(status=409, reason="Conflict")
+        return answer
+
+
+class Reader:
+    def __init__(self, binder: ClaimBinder) -> None:
+        self.binder = binder
+
+    async def read_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        return copy.deepcopy(self.binder.body)
+
+
+def test_our_own_allocation_seen_after_a_lost_answer_is_not_someone_elses() -> None:
+    cache = ClusterCache()
+    cache.apply_dra(DEVICE_CLASSES, "ADDED", dra.gpu_class())
+    cache.apply_dra(RESOURCE_SLICES, "ADDED", dra.node_slice("a", dra.gpus(1)))
+    body = claim_body("w-0-gpu", "10")
+    cache.apply_dra(RESOURCE_CLAIMS, "ADDED", body)
+    [pod] = members(["w-0-gpu"])
+    result = schedule_cycle(
+        nodes=[node("a", gpu=0)], pods=[pod], pod_groups=[pod_group("g", 1)], dra=cache.devices.objects(0)
+    )
+    [decision] = result.decisions
+    binder = LostAnswer(body)
+    step = ClaimStep(
+        cache=cache,
+        live=Reader(binder),  # type: ignore[arg-type]
+        binder=binder,  # type: ignore[arg-type]
+        reporter=None,  # type: ignore[arg-type]
+        config=SchedulerConfig(),
+    )
+    plan = GangPlan(decision, [(pod, "a")])
+    assert asyncio.run(step.run(plan)) is None
+    claim = cache.devices.claims[("ml", "w-0-gpu")]
+    assert claim.allocation is not None
+    assert [r.uid for r in claim.reserved_for] == ["pod-0"]

@@ -289,7 +289,11 @@ class ClaimStep:
                 return f"ResourceClaim {w.name} is being deleted"
             allocating = w.allocation is not None and not w.allocated
             if allocating and claim.allocation is not None:
-                return f"ResourceClaim {w.name} was allocated elsewhere meanwhile"
+                if not _ours(claim, w):
+                    return f"ResourceClaim {w.name} was allocated elsewhere meanwhile"
+                # Our own write, whose answer was lost (a retry then met our new version).
+                w.allocated, allocating = True, False
+                w.finalizer_added = w.finalizer_added or FINALIZER in claim.finalizers
             try:
                 if allocating and FINALIZER not in claim.finalizers:
                     body = await self.binder.patch_claim(
@@ -492,6 +496,16 @@ class ClaimStep:
                 await self._unreserve(group, key, set(uids), deallocate=mine)
             except Exception as exc:
                 log.warning("could not release ResourceClaim %s/%s: %s", *key, _detail(exc))
+
+
+def _ours(claim: ResourceClaim, w: ClaimWork) -> bool:
+    """Does the claim hold exactly the allocation `w` writes (same devices, same timestamp)?"""
+    if claim.allocation is None or w.allocation is None:
+        return False
+    held = sorted((d.request, *d.device_id) for d in claim.allocation.devices)
+    wanted = sorted((d.request, *d.device_id) for d in w.allocation.devices)
+    stamp = (claim.allocation.raw or {}).get("allocationTimestamp")
+    return held == wanted and bool(w.timestamp) and stamp == w.timestamp
 
 
 def _detail(exc: Exception) -> str:
