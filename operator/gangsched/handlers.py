@@ -125,6 +125,17 @@ class Intake:
             self.cache.apply_priority_class("DELETED", {"metadata": {"name": name}})
         self.scheduler.wake()
 
+    # ------------------------------------------------------------------ PodDisruptionBudgets
+
+    async def budget(self, event_type: str, body: Body) -> None:
+        self.cache.apply_budget(event_type, body)
+
+    async def budgets_listed(self, items: Sequence[Body], resource_version: str) -> None:
+        for item in items:
+            self.cache.apply_budget("LISTED", item)
+        for key in self.cache.vanished_budgets({_key(i) for i in items}, resource_version):
+            self.cache.apply_budget("DELETED", {"metadata": {"namespace": key[0], "name": key[1]}})
+
     # ------------------------------------------------------------------ DRA kinds
 
     def dra_sink(self, kind: str) -> KindSink:

@@ -157,6 +157,11 @@ def _start_watches(op: Operator) -> None:
             intake.priority_class,
             intake.priority_classes_listed,
         ),
+        (
+            Resource("poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"),
+            intake.budget,
+            intake.budgets_listed,
+        ),
     ]
     op.informers = [
         Informer(session=session, resource=r, sink=KindSink(on_event, on_list), health=op.health)

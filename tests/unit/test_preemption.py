@@ -216,3 +216,60 @@ def test_a_dra_gang_frees_devices_by_preempting_their_claims_users() -> None:
     assert sorted(d.preemption.freed_devices) == sorted(
         (dra.GPU_DRIVER, h, f"gpu-{k}") for h in hosts for k in range(2)
     )
+
+
+def test_a_victim_protected_by_a_disruption_budget_is_chosen_last() -> None:
+    from gangsched.model.pdb import parse_disruption_budget
+
+    # Two equal single pods; "guarded" started later, so without its budget it would go first.
+    old = dataclasses.replace(
+        running("old", None, [f"{R0}-h0"], gpu=8, priority=10)[0], started="2026-01-01T00:00:00Z"
+    )
+    guarded = dataclasses.replace(
+        running("guarded", None, [f"{R0}-h1"], gpu=8, priority=10)[0],
+        started="2026-06-01T00:00:00Z",
+        labels={"app": "db"},
+    )
+    pods = [old, guarded, *running("mid", "mid", RACK_B, priority=50), *pending("hi", 1, gpu=8)]
+    groups = [pod_group("mid", 4), pod_group("hi", 1)]
+    d = decision(schedule_cycle(nodes=nodes(), pods=pods, pod_groups=groups), "hi")
+    assert victims(d) == ["guarded-0"]  # the youngest goes
+    budget = parse_disruption_budget(
+        {
+            "metadata": {"namespace": "ml", "name": "db"},
+            "spec": {"selector": {"matchLabels": {"app": "db"}}},
+            "status": {"disruptionsAllowed": 0},
+        }
+    )
+    d = decision(schedule_cycle(nodes=nodes(), pods=pods, pod_groups=groups, budgets=[budget]), "hi")
+    assert victims(d) == ["old-0"]
+
+
+def test_a_member_with_preemption_policy_never_keeps_the_group_from_preempting() -> None:
+    pods = [
+        *running("low", "low", RACK_A, priority=10),
+        *running("mid", "mid", RACK_B, priority=50),
+        *pending("hi", 3),
+        pod("hi-3", "hi", gpu=4, priority=1000, preemption_policy="Never"),
+    ]
+    groups = [pod_group("low", 4), pod_group("mid", 4), pod_group("hi", 4, topology=[(RACK, "Required")])]
+    d = decision(schedule_cycle(nodes=nodes(), pods=pods, pod_groups=groups), "hi")
+    assert d.preemption is None
+
+
+def test_disruption_mode_pod_lets_single_members_go() -> None:
+    # "split" straddles both racks; with disruptionMode Pod only its rack-A half is evicted.
+    pods = [
+        *running("split", "split", [f"{R0}-h0", f"{R0}-h0", f"{R1}-h0", f"{R1}-h0"], priority=5),
+        *running("busy", "busy", [f"{R0}-h1", f"{R0}-h1", f"{R1}-h1", f"{R1}-h1"], priority=900),
+        *pending("hi", 2),
+    ]
+    groups = [
+        pod_group("split", 4, disruption_mode="Pod"),
+        pod_group("busy", 4),
+        pod_group("hi", 2, topology=[(RACK, "Required")]),
+    ]
+    d = decision(schedule_cycle(nodes=nodes(), pods=pods, pod_groups=groups), "hi")
+    assert len(victims(d)) == 2
+    assert d.preemption is not None
+    assert {p.node_name for p in d.preemption.victims} <= d.preemption.nodes

@@ -31,6 +31,7 @@ from gangsched.model import (
     parse_pod_group,
     parse_priority_class,
 )
+from gangsched.model.pdb import DisruptionBudget, parse_disruption_budget
 
 Key = tuple[str, str]
 
@@ -109,6 +110,8 @@ class ClusterCache:
         self.pod_groups: dict[Key, PodGroup] = {}
         self.priority_classes = PriorityClasses()
         self.devices = DeviceCache()
+        # PodDisruptionBudgets: they only order preemption victims.
+        self.budgets: dict[Key, DisruptionBudget] = {}
         self._raw_pod_groups: dict[Key, Mapping[str, Any]] = {}
         self._assumed: dict[Key, Assumed] = {}
         self._writes: dict[Key, GroupWrites] = {}
@@ -251,6 +254,29 @@ class ClusterCache:
         # Groups that name this class may resolve now (or no longer).
         for key, raw in list(self._raw_pod_groups.items()):
             self.pod_groups[key] = parse_pod_group(raw, priorities=self.priority_classes)
+
+    def apply_budget(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        self._observe("poddisruptionbudgets", body)
+        if event_type == "DELETED":
+            self.budgets.pop(key, None)
+            self.invalid.pop(("PodDisruptionBudget", *key), None)
+            return
+        old = self.budgets.get(key)
+        if old is not None and _older(body, old.resource_version):
+            return
+        try:
+            self.budgets[key] = parse_disruption_budget(body)
+            self.invalid.pop(("PodDisruptionBudget", *key), None)
+        except (ModelError, KeyError, TypeError, ValueError) as exc:
+            self.budgets.pop(key, None)
+            self.invalid[("PodDisruptionBudget", *key)] = str(exc)
+
+    def vanished_budgets(self, listed: set[Key], list_rv: str) -> list[Key]:
+        return [
+            k for k, b in self.budgets.items() if k not in listed and _not_newer(b.resource_version, list_rv)
+        ]
 
     def apply_dra(self, kind: str, event_type: str | None, body: Mapping[str, Any]) -> None:
         """A DeviceClass, ResourceSlice or ResourceClaim event (kinds: `cluster.devices`)."""

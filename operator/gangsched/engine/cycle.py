@@ -21,6 +21,7 @@ from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, rese
 from gangsched.engine.snapshot import BoolArray, Snapshot
 from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Reservation
 from gangsched.model import DEFAULT_SCHEDULER_NAME, Node, Pod, PodGroup, Reason
+from gangsched.model.pdb import DisruptionBudget
 
 
 def schedule_groups(
@@ -33,6 +34,7 @@ def schedule_groups(
     nominations: Sequence[Reservation] = (),
     bound: Sequence[Pod] = (),
     pod_groups: Mapping[Key, PodGroup] | None = None,
+    budgets: Sequence[DisruptionBudget] = (),
 ) -> tuple[list[GroupDecision], list[Reservation]]:
     """Decide for every group in queue order, assuming each placement before the next group.
 
@@ -72,6 +74,7 @@ def schedule_groups(
                 devices=devices,
                 allocated_now=allocated_now,
                 required_keys=cap.required_keys,
+                budgets=budgets,
             )
             if isinstance(found, str):
                 outcome.decision.message += f"; {found}"
@@ -121,6 +124,7 @@ def schedule_cycle(
     reservations: Sequence[Reservation] = (),
     dra: DraObjects | None = None,
     nominations: Sequence[Reservation] = (),
+    budgets: Sequence[DisruptionBudget] = (),
 ) -> CycleResult:
     """Group the pending pods of `scheduler_name`, then place every group in queue order.
 
@@ -149,6 +153,7 @@ def schedule_cycle(
         nominations=nominations,
         bound=[p for p in pods if p.holds_resources],
         pod_groups={g.key: g for g in pod_groups},
+        budgets=budgets,
     )
     for decision, request in zip(decisions, queue_order(queue.requests), strict=True):
         decision.is_pod_group = request.is_pod_group

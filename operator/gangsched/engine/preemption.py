@@ -39,6 +39,7 @@ from gangsched.engine.group import place_group
 from gangsched.engine.snapshot import BoolArray, Snapshot
 from gangsched.engine.types import GroupRequest, Preemption, Unit
 from gangsched.model import Pod, PodGroup
+from gangsched.model.pdb import DisruptionBudget
 
 # Priorities at or above this are system-critical (system-cluster-critical is 2,000,000,000).
 SYSTEM_CRITICAL = 2_000_000_000
@@ -182,6 +183,7 @@ def find_preemption(
     devices: DeviceState | None,
     allocated_now: Mapping[ClaimKey, AllocationResult],
     required_keys: tuple[str, ...],
+    budgets: Sequence[DisruptionBudget] = (),
 ) -> Preemption | str | None:
     """The least damaging preemption that makes `group` fit; a reason (str) when it should
     wait instead (terminating pods will make room); None when preemption cannot help."""
@@ -217,7 +219,7 @@ def find_preemption(
         inside = ids == domain
         outside = ~inside if blocked is None else (~inside | blocked)
         here = [u for u in units if any(inside[r] for r in rows_of[u.key])]
-        chosen = _victims_in(world, group, here, outside)
+        chosen = _victims_in(world, group, here, outside, budgets)
         if chosen is None:
             continue
         victims = [p for u in chosen for p in u.pods]
@@ -242,10 +244,24 @@ def find_preemption(
     return best
 
 
+def violates(unit: Unit, budgets: Sequence[DisruptionBudget]) -> bool:
+    """Would evicting `unit` take a PodDisruptionBudget below zero?"""
+    for budget in budgets:
+        hit = sum(1 for p in unit.pods if budget.selects(p.namespace, p.labels))
+        if hit and hit > budget.disruptions_allowed:
+            return True
+    return False
+
+
 def _victims_in(
-    world: _World, group: GroupRequest, units: list[Unit], outside: BoolArray
+    world: _World,
+    group: GroupRequest,
+    units: list[Unit],
+    outside: BoolArray,
+    budgets: Sequence[DisruptionBudget] = (),
 ) -> list[Unit] | None:
-    """The units to evict in one domain (reprieving the most important that can stay), or
+    """The units to evict in one domain (reprieving the most important that can stay; units
+    whose eviction would break a PodDisruptionBudget are reprieved first, as upstream), or
     None when even evicting every candidate does not make room."""
     if not units:
         return None
@@ -253,7 +269,8 @@ def _victims_in(
     if not world.fits(group, removed, outside):
         return None
     victims = list(units)
-    for unit in sorted(units, key=Unit.importance)[:MAX_REPRIEVES]:
+    order = sorted(units, key=lambda u: (not violates(u, budgets), u.importance()))
+    for unit in order[:MAX_REPRIEVES]:
         trial = [u for u in victims if u is not unit]
         if world.fits(group, [p for u in trial for p in u.pods], outside):
             victims = trial

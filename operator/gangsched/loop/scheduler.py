@@ -170,6 +170,7 @@ class Scheduler:
                 reservations=self._live_reservations(),
                 dra=self.cache.devices.objects(now),
                 nominations=self.preemptions.active(),
+                budgets=list(self.cache.budgets.values()),
             )
             self.metrics.engine_seconds.observe(time.perf_counter() - started)
             self.reservations = {r.owner: r for r in result.reservations}

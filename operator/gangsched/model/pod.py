@@ -151,6 +151,8 @@ class Pod:
     preemption_policy: str = PREEMPT_LOWER_PRIORITY
     # status.startTime ("" until the kubelet starts it): orders victims, the youngest go first.
     started: str = ""
+    # metadata.labels: which PodDisruptionBudgets select it (preemption orders victims by them).
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -356,6 +358,7 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         or None,
         preemption_policy=_preemption_policy(spec),
         started=str(status.get("startTime") or ""),
+        labels=labels,
     )
 
 
