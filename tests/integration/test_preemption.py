@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -20,7 +21,7 @@ from operator_support import (
 )
 
 from gangsched._rawapi import request_json
-from gangsched_testing import fakenodes
+from gangsched_testing import dra, fakedra, fakenodes
 from gangsched_testing.builders import gang_manifests, pod_group_manifest
 
 pytestmark = pytest.mark.integration
@@ -113,3 +114,67 @@ def test_equal_priority_never_preempts(
     )
     assert not any(e["reason"] in ("Preempted", "Preempting") for e in events(admin_api, namespace))
     assert len(bound_nodes(admin_api, namespace, "a")) == len(bound_nodes(admin_api, namespace, "b")) == 4
+
+
+def test_a_dra_gang_frees_devices_by_preemption(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    fake_dra: Any,
+    node_agent: fakenodes.NodeAgent,
+    operator_factory: OperatorFactory,
+    controller_manager: Any,
+    classes: dict[str, str],
+) -> None:
+    names = fake_nodes(fakenodes.NodeSet(count=2, name_prefix=f"p{uuid.uuid4().hex[:5]}-"))
+    fake_dra(fakedra.NodeDevices(gpus=2), names)
+    operator_factory()
+    path = f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaimtemplates"
+    request_json(
+        admin_api, "POST", path, body=dra.claim_template(namespace, "two", dra.request("gpu", count=2))
+    )
+
+    def members(group: str, size: int, level: str) -> list[dict[str, Any]]:
+        out = []
+        for body in gang_manifests(group, size, priority_class=classes[level]):
+            body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "two"}]
+            body["spec"]["containers"][0].setdefault("resources", {})["claims"] = [{"name": "gpu"}]
+            out.append(body)
+        return out
+
+    create_pod_group(admin_api, namespace, pod_group_manifest("low", 2, priority_class=classes["low"]))
+    create_pods(admin_api, namespace, members("low", 2, "low"))
+    wait_until(all_bound(admin_api, namespace, "low", 2), timeout=60, what="the low gang on every GPU")
+    create_pod_group(admin_api, namespace, pod_group_manifest("high", 1, priority_class=classes["high"]))
+    create_pods(admin_api, namespace, members("high", 1, "high"))
+    wait_until(all_bound(admin_api, namespace, "high", 1), timeout=60, what="the high gang placed")
+    # The low gang went whole; its claims were released by the resourceclaim controller.
+    assert list_pods(admin_api, namespace, "low") == []
+    claims = request_json(admin_api, "GET", f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaims")[
+        "items"
+    ]
+    allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
+    assert len(allocated) == 1
+    assert allocated[0]["status"]["reservedFor"][0]["name"] == "high-0"
+
+
+def test_a_gang_that_can_never_fit_reserves_nothing_and_others_run(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    node_agent: fakenodes.NodeAgent,
+    operator_factory: OperatorFactory,
+) -> None:
+    racks(fake_nodes)  # 32 GPUs in all
+    operator_factory("--reservation-after", "0")
+    create_pod_group(admin_api, namespace, pod_group_manifest("huge", 10))
+    create_pods(admin_api, namespace, gang_manifests("huge", 10, gpu=8))
+    wait_until(
+        lambda: any("can never fit" in e["message"] for e in events(admin_api, namespace, name="huge")),
+        what="huge reported as never fitting",
+    )
+    for name in ("a", "b"):
+        create_pod_group(admin_api, namespace, pod_group_manifest(name, 2))
+        create_pods(admin_api, namespace, gang_manifests(name, 2, gpu=8))
+        wait_until(all_bound(admin_api, namespace, name, 2), what=f"{name} placed beside the huge gang")
+    assert bound_nodes(admin_api, namespace, "huge") == {}
