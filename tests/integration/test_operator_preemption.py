@@ -22,7 +22,7 @@ from operator_support import (
 
 from gangsched._rawapi import request_json
 from gangsched_testing import dra, fakedra, fakenodes
-from gangsched_testing.builders import gang_manifests, pod_group_manifest
+from gangsched_testing.builders import gang_manifests, pod_group_manifest, pod_manifest
 
 pytestmark = pytest.mark.integration
 
@@ -33,12 +33,19 @@ OperatorFactory = Callable[..., Operator]
 
 @pytest.fixture
 def classes(admin_api: client.ApiClient) -> Iterator[dict[str, str]]:
-    """PriorityClasses low (10), mid (50) and high (1000), unique to the test."""
+    """PriorityClasses low (10), mid (50), high (1000) and polite (1000, preemptionPolicy Never:
+    admission copies it into the pods), unique to the test."""
     suffix = uuid.uuid4().hex[:5]
-    names = {level: f"{level}-{suffix}" for level in ("low", "mid", "high")}
-    values = {"low": 10, "mid": 50, "high": 1000}
+    names = {level: f"{level}-{suffix}" for level in ("low", "mid", "high", "polite")}
+    values = {"low": 10, "mid": 50, "high": 1000, "polite": 1000}
     for level, name in names.items():
-        body = {"apiVersion": "scheduling.k8s.io/v1", "metadata": {"name": name}, "value": values[level]}
+        body: dict[str, Any] = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "metadata": {"name": name},
+            "value": values[level],
+        }
+        if level == "polite":
+            body["preemptionPolicy"] = "Never"
         request_json(admin_api, "POST", "/apis/scheduling.k8s.io/v1/priorityclasses", body=body)
     yield names
     for name in names.values():
@@ -178,3 +185,54 @@ def test_a_gang_that_can_never_fit_reserves_nothing_and_others_run(
         create_pods(admin_api, namespace, gang_manifests(name, 2, gpu=8))
         wait_until(all_bound(admin_api, namespace, name, 2), what=f"{name} placed beside the huge gang")
     assert bound_nodes(admin_api, namespace, "huge") == {}
+
+
+def test_a_victim_with_a_disruption_budget_is_chosen_last_and_never_preempts_never(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    node_agent: fakenodes.NodeAgent,
+    operator_factory: OperatorFactory,
+    classes: dict[str, str],
+) -> None:
+    fake_nodes(
+        fakenodes.NodeSet(count=2, name_prefix=f"p{uuid.uuid4().hex[:5]}-", extended={"nvidia.com/gpu": "8"})
+    )
+    operator_factory()
+    # "older" starts first, "guarded" later: without its budget the younger would go first.
+    for name, labels in (("older", {}), ("guarded", {"app": "db"})):
+        body = pod_manifest(
+            name, None, namespace=namespace, gpu=8, priority_class=classes["low"], labels=labels
+        )
+        create_pods(admin_api, namespace, [body])
+        wait_until(
+            lambda n=name: request_json(admin_api, "GET", f"/api/v1/namespaces/{namespace}/pods/{n}")[
+                "status"
+            ].get("startTime"),
+            what=f"{name} running",
+        )
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "db"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}},
+    }
+    request_json(
+        admin_api, "POST", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", body=budget
+    )
+    # A gang whose member says preemptionPolicy: Never does not preempt at all.
+    create_pod_group(admin_api, namespace, pod_group_manifest("polite", 1, priority_class=classes["high"]))
+    create_pods(admin_api, namespace, gang_manifests("polite", 1, gpu=8, priority_class=classes["polite"]))
+    wait_until(
+        lambda: any(e["reason"] == "Unschedulable" for e in events(admin_api, namespace, name="polite")),
+        what="polite Unschedulable",
+    )
+    assert not any(e["reason"] == "Preempted" for e in events(admin_api, namespace))
+    request_json(admin_api, "DELETE", f"/api/v1/namespaces/{namespace}/pods/polite-0")
+    # One that may preempt takes the unguarded pod's node.
+    create_pod_group(admin_api, namespace, pod_group_manifest("high", 1, priority_class=classes["high"]))
+    create_pods(admin_api, namespace, gang_manifests("high", 1, gpu=8, priority_class=classes["high"]))
+    wait_until(all_bound(admin_api, namespace, "high", 1), timeout=60, what="high placed")
+    names = {p["metadata"]["name"] for p in list_pods(admin_api, namespace)}
+    assert "guarded" in names
+    assert "older" not in names
