@@ -72,7 +72,7 @@ kind-e2e: ## build, install into a fresh kind cluster, run examples/training-job
 bench:
 	$(PY) bench/engine_bench.py
 
-# BENCH_E2E_ARGS="--nodes 100" (or 5000, --repeat 3, --profile DIR, --workload dra, --help); results in build/bench-e2e
+# BENCH_E2E_ARGS="--nodes 100" (or 5000, --repeat 3, --profile DIR, --workload dra or preemption, --help); results in build/bench-e2e
 bench-e2e: control-plane ## gangsched vs kube-scheduler v1.36.3 on one control plane, 1,000 GPU nodes (docs/benchmarks.md)
 	@$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.e2e $(BENCH_E2E_ARGS)

@@ -5,6 +5,9 @@ and racks, and a seeded workload of gangs whose sizes follow the shape of public
 traces. Each contestant gets the same nodes, empty, one after the other, and is fed the same
 workload: gangsched through its PodGroup CRD, kube-scheduler through native
 ``scheduling.k8s.io/v1alpha2`` PodGroups. A watch on pods records every binding.
+``--workload preemption`` is a mixed-priority variant: low-priority gangs fill the cluster,
+then high-priority gangs arrive that only run by preempting (kube-scheduler with
+``WorkloadAwarePreemption``); its figures are ``metrics.compute_preemption``.
 
 Modules: ``workload`` (pure: cluster shape, gangs, manifests), ``metrics`` (pure: figures
 from the recorded timeline), ``harness`` (processes, load, observer), ``report`` (markdown

@@ -1,7 +1,8 @@
 """python -m bench.e2e: gangsched vs kube-scheduler v1.36.3 on one control plane.
 
 Writes <out>/results-<stem>.json, <out>/table-<stem>.md and <out>/bound-<stem>.png, and
-prints the table; <stem> is N<nodes>, or dra-N<nodes> with `--workload dra`. See
+prints the table; <stem> is N<nodes>, or dra-N<nodes> / preemption-N<nodes> with `--workload
+dra` / `--workload preemption`. See
 docs/benchmarks.md for the method and the numbers.
 """
 
@@ -12,7 +13,7 @@ import importlib.util
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from gangsched_testing import devcluster
 
 from . import metrics, report
 from .harness import Bench, Options
-from .workload import Flavour, Topology, generate, node_domains
+from .workload import Flavour, Topology, Workload, generate, generate_preemption, node_domains
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -31,10 +32,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
         "--workload",
-        choices=("gpu", "dra"),
+        choices=("gpu", "dra", "preemption"),
         default="gpu",
         help="gpu: nvidia.com/gpu extended resources; dra: GPUs as fake-driver devices, a one-GPU "
-        "ResourceClaimTemplate per GPU pod (needs kube-controller-manager)",
+        "ResourceClaimTemplate per GPU pod (needs kube-controller-manager); preemption: low-priority "
+        "gangs fill the cluster, then high-priority gangs arrive that can only run by preempting "
+        "(kube-scheduler with WorkloadAwarePreemption; try --nodes 200)",
+    )
+    p.add_argument(
+        "--high-share",
+        type=float,
+        default=0.5,
+        help="preemption: high gangs' GPUs / cluster GPUs (default 0.5)",
+    )
+    p.add_argument(
+        "--interval", type=float, default=2.0, help="preemption: seconds between two high gangs (default 2)"
     )
     p.add_argument(
         "--oversubscription", type=float, default=1.25, help="requested GPUs / cluster GPUs (default 1.25)"
@@ -88,7 +100,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("matplotlib is missing: pip install -e '.[bench]', or pass --no-plot", file=sys.stderr)
         return 2
     topology = Topology(nodes=args.nodes, rack_size=args.rack_size, racks_per_block=args.racks_per_block)
-    workload = generate(topology, seed=args.seed, oversubscription=args.oversubscription, kind=args.workload)
+    if args.workload == "preemption":
+        workload = generate_preemption(topology, seed=args.seed, high_share=args.high_share)
+    else:
+        workload = generate(
+            topology, seed=args.seed, oversubscription=args.oversubscription, kind=args.workload
+        )
 
     def log(message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
@@ -105,9 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile_seconds=args.profile_seconds,
         agent=args.agent,
         oracle=not args.no_oracle,
+        interval=args.interval,
         log=log,
     )
-    stem = f"{'dra-' if workload.dra else ''}N{args.nodes}"
+    stem = f"{'' if workload.kind == 'gpu' else workload.kind + '-'}N{args.nodes}"
+    if workload.kind == "preemption":
+        return preemption_main(args, workload, options, contestants, stem, log)
     saved = args.out / f"recordings-{stem}.json"
     figures: dict[str, list[metrics.Figures]] = {}
     if args.retable:
@@ -177,6 +197,70 @@ def main(argv: Sequence[str] | None = None) -> int:
         png = args.out / f"bound-{stem}.png"
         report.plot(list(recordings.values()), workload, png)
         log(f"plot: {png}")
+    print(text)
+    return 0
+
+
+def preemption_main(
+    args: argparse.Namespace,
+    workload: Workload,
+    options: Options,
+    contestants: Sequence[Flavour],
+    stem: str,
+    log: Callable[[str], None],
+) -> int:
+    """`--workload preemption`: its own figures and table (`metrics.compute_preemption`)."""
+    saved = args.out / f"recordings-{stem}.json"
+    figures: dict[str, list[metrics.PreemptionFigures]] = {}
+    if args.retable or args.replot:
+        recs = [metrics.recording_from_json(d) for d in json.loads(saved.read_text())]
+        if args.replot:
+            first = {r.contestant: r for r in reversed(recs)}
+            report.plot(list(first.values()), workload, args.out / f"bound-{stem}.png")
+            return 0
+        for rec in recs:
+            figures.setdefault(rec.contestant, []).append(
+                metrics.compute_preemption(rec, workload, gap=args.gap)
+            )
+        machine = json.loads((args.out / f"results-{stem}.json").read_text())["machine"]
+    else:
+        log(report.workload_line(workload))
+        every: list[metrics.Recording] = []
+        with devcluster.ControlPlane() as cp, Bench(cp, workload, options, args.out) as bench:
+            for i in range(args.repeat):
+                for flavour in contestants if i % 2 == 0 else contestants[::-1]:
+                    rec = bench.run(flavour, tag=str(i) if args.repeat > 1 else "")
+                    fig = metrics.compute_preemption(rec, workload, gap=args.gap)
+                    figures.setdefault(flavour, []).append(fig)
+                    every.append(rec)
+                    log(
+                        f"{flavour}: high gangs {fig.high_placed}/{fig.high_gangs} placed, p50 "
+                        f"{fig.high_latency_p50:.2f}s, p99 {fig.high_latency_p99:.2f}s; {fig.victims} "
+                        f"victims in {fig.preemptions} preemptions ({fig.unattributed_victims} "
+                        f"unattributed), partial victim gangs {fig.partial_victim_gangs}"
+                        + (
+                            f" ({'; '.join(fig.partial_victim_examples)})"
+                            if fig.partial_victim_examples
+                            else ""
+                        )
+                        + (f"; unplaced: {'; '.join(fig.high_unplaced)}" if fig.high_unplaced else "")
+                    )
+        saved.write_text(json.dumps([metrics.recording_to_json(r) for r in every]))
+        machine = report.machine()
+        result = {
+            "workload": workload.summary(),
+            "topology": workload.topology.describe(),
+            "seed": args.seed,
+            "machine": machine,
+            "options": {k: str(v) for k, v in vars(args).items()},
+            "runs": {name: [f.as_dict() for f in runs] for name, runs in figures.items()},
+        }
+        (args.out / f"results-{stem}.json").write_text(json.dumps(result, indent=2, default=str))
+        if not args.no_plot:
+            first = {r.contestant: r for r in reversed(every)}
+            report.plot(list(first.values()), workload, args.out / f"bound-{stem}.png")
+    text = f"{report.workload_line(workload)}\n\nMachine: {machine}\n\n{report.preemption_table(figures)}\n"
+    (args.out / f"table-{stem}.md").write_text(text)
     print(text)
     return 0
 

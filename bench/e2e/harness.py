@@ -23,6 +23,15 @@ plane runs, creates each pod's claim from the namespace's ResourceClaimTemplate 
 first in every run) for both contestants. After a run, before its namespace goes, every
 ResourceClaim and pod is listed for the DRA oracle (`oracle.claim_check`: no device in two
 claims, every bound pod's claim allocated on its node and reserved for it).
+
+The preemption workload (`Workload.kind == "preemption"`): PriorityClasses `<pool>-low` and
+`<pool>-high` are created with the nodes (deleted with them); kube-scheduler also gets the
+`WorkloadAwarePreemption` gate. Step 3 becomes: the low gangs are created, the run waits until
+they are all bound (the cluster is full: `Recording.saturated`), then one high gang is created
+every `interval` seconds, and step 4 waits for the high gangs' pods only (the observer counts
+them apart by their name prefix). The oracle does not run (evicted low gangs are not
+recreated); instead the victims' `Preempted` Events are listed to attribute each victim to
+its preemptor (`Recording.preemptors`).
 """
 
 from __future__ import annotations
@@ -65,15 +74,20 @@ from .workload import (
     POOL_LABEL,
     SCHEDULER_NAMES,
     Flavour,
+    Gang,
     Workload,
     claim_template,
     group_manifest,
     node_devices,
     node_set,
     pod_manifest,
+    priority_class_manifests,
 )
 
 NATIVE_GATES: Final = ("GenericWorkload", "GangScheduling", "TopologyAwareWorkloadScheduling")
+# The preemption workload adds KEP-5710's gate (alpha in v1.36, needs GangScheduling).
+PREEMPTION_GATE: Final = "WorkloadAwarePreemption"
+HIGH_PREFIX: Final = "h"  # the preemption workload's high gangs (workload.Gang.name)
 CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 _SAMPLE_SECONDS: Final = 0.2
 _SETTLED_CORES: Final = 0.25
@@ -93,6 +107,7 @@ class Options:
     profile_seconds: float = 20.0  # length of the kube-scheduler CPU profile
     agent: bool = False  # run fakenodes.NodeAgent (moves bound pods to Running)
     oracle: bool = True
+    interval: float = 2.0  # preemption workload: seconds between two high gangs' creation
     log: Callable[[str], None] = print
 
 
@@ -242,12 +257,14 @@ def delta(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, 
 class _ObserverArgs:
     endpoint: Endpoint
     namespace: str
+    prefix: str = HIGH_PREFIX
 
 
 def _observe(
     args: _ObserverArgs,
     conn: Connection,
     bound: Synchronized,  # type: ignore[type-arg]
+    marked: Synchronized,  # type: ignore[type-arg]
     last_bind: Synchronized,  # type: ignore[type-arg]
     ready: EventType,
     stop: EventType,
@@ -300,6 +317,9 @@ def _observe(
                     records.append((now, name, "bound", node))
                     with bound.get_lock():
                         bound.value += 1
+                    if name.startswith(args.prefix):
+                        with marked.get_lock():
+                            marked.value += 1
                     last_bind.value = now
 
     def guarded_watch() -> None:
@@ -318,12 +338,17 @@ def _observe(
 
 
 class Observer:
-    """The pod watch in a child process; `stop()` returns what it saw."""
+    """The pod watch in a child process; `stop()` returns what it saw.
+
+    `bound` counts pods first seen bound; `marked` those of them named with `HIGH_PREFIX`
+    (the preemption workload's high gangs, whose bindings end its run).
+    """
 
     def __init__(self, endpoint: Endpoint, namespace: str) -> None:
         ctx = mp.get_context("spawn")
         self._recv, send = ctx.Pipe(duplex=False)
         self.bound = ctx.Value("q", 0)
+        self.marked = ctx.Value("q", 0)
         self.last_bind = ctx.Value("d", 0.0)
         self._ready = ctx.Event()
         self._stop = ctx.Event()
@@ -333,6 +358,7 @@ class Observer:
                 _ObserverArgs(endpoint, namespace),
                 send,
                 self.bound,
+                self.marked,
                 self.last_bind,
                 self._ready,
                 self._stop,
@@ -477,7 +503,14 @@ class Native(Contestant):
     flavour: Flavour = "native"
 
     def __init__(
-        self, cp: devcluster.ControlPlane, *, qps: int, burst: int, out: Path, dra: bool = False
+        self,
+        cp: devcluster.ControlPlane,
+        *,
+        qps: int,
+        burst: int,
+        out: Path,
+        dra: bool = False,
+        preemption: bool = False,
     ) -> None:
         binary = cp.binaries.kube_scheduler
         if binary is None:
@@ -496,7 +529,10 @@ class Native(Contestant):
             f"--config={config}",
             "--bind-address=127.0.0.1",
             f"--secure-port={self.port}",
-            "--feature-gates=" + ",".join(f"{gate}=true" for gate in NATIVE_GATES),
+            "--feature-gates="
+            + ",".join(
+                f"{gate}=true" for gate in (*NATIVE_GATES, *([PREEMPTION_GATE] if preemption else []))
+            ),
             # Loopback only: lets `go tool pprof` fetch a CPU profile without credentials.
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*",
         ]
@@ -547,6 +583,8 @@ def create_all(
 
 
 _NAME = re.compile(rb'"name":\s*"([^"]+)"')
+_PREEMPTED_BY = re.compile(r"Preempted by \S+ (\S+) on node")
+PRIORITY_CLASSES: Final = "/apis/scheduling.k8s.io/v1/priorityclasses"
 
 
 def _name_of(body: bytes) -> str:
@@ -581,6 +619,10 @@ class Bench:
         self.endpoint = Endpoint.of(self.cp)
 
     @property
+    def preemption(self) -> bool:
+        return self.workload.kind == "preemption"
+
+    @property
     def _node_set(self) -> fakenodes.NodeSet:
         return node_set(self.workload.topology, pool=self.options.pool, dra=self.workload.dra)
 
@@ -597,6 +639,9 @@ class Bench:
         names = fakenodes.create_nodes(api=self.api, spec=self._node_set, parallelism=16)
         log(f"created {len(names)} nodes in {time.monotonic() - started:.1f}s")
         devcluster.apply_crd(self.api)
+        if self.preemption:
+            for body in priority_class_manifests(self.options.pool):
+                request_json(self.api, "POST", PRIORITY_CLASSES, body=body)
         if self.workload.dra:
             started = time.monotonic()
             fakedra.ensure_device_classes(self.api, node_devices())
@@ -613,6 +658,10 @@ class Bench:
         if self._agent is not None:
             self._agent.stop()
         names = self._node_names()
+        if self.preemption:
+            for body in priority_class_manifests(self.options.pool):
+                with contextlib.suppress(ApiException):
+                    request_json(self.api, "DELETE", f"{PRIORITY_CLASSES}/{body['metadata']['name']}")
         if self.workload.dra:
             self._per_node_chunk(lambda chunk: fakedra.unpublish(self.api, chunk), names)
         fakenodes.delete_nodes(api=self.api, names=names)
@@ -637,7 +686,14 @@ class Bench:
         if flavour == "gangsched":
             contestant = Gangsched(self.cp, namespace=namespace, concurrency=opts.concurrency, out=out)
         else:
-            contestant = Native(self.cp, qps=opts.qps, burst=opts.burst, out=out, dra=self.workload.dra)
+            contestant = Native(
+                self.cp,
+                qps=opts.qps,
+                burst=opts.burst,
+                out=out,
+                dra=self.workload.dra,
+                preemption=self.preemption,
+            )
         profiler: subprocess.Popen[bytes] | None = None
         try:
             contestant.wait_ready(60)
@@ -649,15 +705,7 @@ class Bench:
             if dra_on:  # before the clock starts, as a cluster has its templates before its jobs
                 template_path = f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaimtemplates"
                 request_json(self.api, "POST", template_path, body=claim_template(namespace))
-            items: list[tuple[str, bytes, bool]] = []
-            pod_path = f"/api/v1/namespaces/{namespace}/pods"
-            for gang in self.workload.gangs:
-                group = group_manifest(gang, flavour)
-                if group is not None:
-                    items.append((_group_path(flavour, namespace), json.dumps(group).encode(), False))
-                for pod in gang.pods:
-                    body = json.dumps(pod_manifest(gang, pod, flavour, pool=opts.pool, dra=dra_on)).encode()
-                    items.append((pod_path, body, True))
+            items = self._items(self.workload.low, flavour, namespace)
             pods = self.workload.pods
             apiserver = child_pid("kube-apiserver")
             pids = {"scheduler": contestant.pid, **({"apiserver": apiserver} if apiserver else {})}
@@ -666,9 +714,12 @@ class Bench:
             profiler = self._profile(contestant, out)
             with Sampler(pids) as sampler:
                 create_all(self.endpoint, items, workers=opts.load_workers, done=recording.created)
-                log(f"{flavour}: {pods} pods created")
+                log(f"{flavour}: {len(recording.created)} pods created")
                 last_create = max(recording.created.values())
-                self._wait(contestant, observer, sampler, total=pods, last_create=last_create)
+                if self.preemption:
+                    self._preemption_load(contestant, observer, sampler, recording, namespace, last_create)
+                else:
+                    self._wait(contestant, observer, sampler, total=pods, last_create=last_create)
                 recording.end = time.monotonic()
                 recording.peak_rss_mib = proc_peak_rss_mib(contestant.pid)
             recording.events = observer.stop()
@@ -688,7 +739,9 @@ class Bench:
                     f"{check.bound_without_device} bound pods without their device"
                     + (f"; e.g. {'; '.join(check.examples)}" if check.examples else "")
                 )
-            if opts.oracle:
+            if self.preemption:
+                recording.preemptors = self._preemptors(flavour, namespace)
+            elif opts.oracle:  # (evicted low gangs are not recreated: nothing to strand)
                 started = time.monotonic()
                 bound = self._bound(pods_listed)
                 recording.stranded = len(oracle.stranded_gangs(self.workload, pool=opts.pool, bound=bound))
@@ -707,6 +760,81 @@ class Bench:
             devcluster.delete_namespace(self.api, name=namespace)
             self._wait_gone(namespace)
             log(f"{flavour}: namespace deleted in {time.monotonic() - started:.1f}s")
+
+    def _items(
+        self, gangs: Sequence[Gang], flavour: Flavour, namespace: str
+    ) -> list[tuple[str, bytes, bool]]:
+        """(path, body, is_pod) to create, job by job: a gang's PodGroup, then its pods."""
+        opts = self.options
+        items: list[tuple[str, bytes, bool]] = []
+        pod_path = f"/api/v1/namespaces/{namespace}/pods"
+        for gang in gangs:
+            group = group_manifest(gang, flavour, pool=opts.pool)
+            if group is not None:
+                items.append((_group_path(flavour, namespace), json.dumps(group).encode(), False))
+            for pod in gang.pods:
+                manifest = pod_manifest(gang, pod, flavour, pool=opts.pool, dra=self.workload.dra)
+                items.append((pod_path, json.dumps(manifest).encode(), True))
+        return items
+
+    def _preemption_load(
+        self,
+        contestant: Contestant,
+        observer: Observer,
+        sampler: Sampler,
+        recording: Recording,
+        namespace: str,
+        last_create: float,
+    ) -> None:
+        """The preemption workload after its low gangs were created: wait until they are all
+        bound (the cluster is full), then create one high gang every `interval` seconds and
+        wait until every high pod is bound or the scheduler settles."""
+        opts, log, flavour = self.options, self.options.log, contestant.flavour
+        low = sum(len(g.pods) for g in self.workload.low)
+        self._wait(contestant, observer, sampler, total=low, last_create=last_create)
+        recording.saturated = time.monotonic()
+        recording.low_bound_at_saturation = int(observer.bound.value)
+        log(f"{flavour}: saturated, {recording.low_bound_at_saturation}/{low} low pods bound")
+        high = self.workload.high
+        started = time.monotonic()
+        for i, gang in enumerate(high):
+            delay = started + i * opts.interval - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            items = self._items([gang], flavour, namespace)
+            create_all(
+                self.endpoint, items, workers=min(opts.load_workers, len(items)), done=recording.created
+            )
+        log(f"{flavour}: {len(high)} high gangs created")
+        last_high = max(recording.created[g.pod_name(p)] for g in high for p in g.pods)
+        total = sum(len(g.pods) for g in high)
+        self._wait(contestant, observer, sampler, total=total, last_create=last_high, counter=observer.marked)
+
+    def _preemptors(self, flavour: Flavour, namespace: str) -> dict[str, str]:
+        """victim pod -> preemptor PodGroup, from the victims' `Preempted` Events.
+
+        kube-scheduler (events.k8s.io) names the preemptor in `related` and by UID in the
+        note ("Preempted by PodGroup <uid> on node cluster"); gangsched by name in the message
+        ("Preempted by PodGroup <ns>/<name> on node <node>").
+        """
+        events = self._list(f"/api/v1/namespaces/{namespace}/events")
+        groups = self._list(_group_path(flavour, namespace))
+        by_uid = {g["metadata"]["uid"]: g["metadata"]["name"] for g in groups}
+        out: dict[str, str] = {}
+        for event in events:
+            if event.get("reason") != "Preempted":
+                continue
+            victim = (event.get("involvedObject") or {}).get("name") or ""
+            related = event.get("related") or {}
+            message = event.get("message") or ""
+            who = related.get("name") or ""
+            if not who:
+                match = _PREEMPTED_BY.search(message)
+                if match:
+                    who = by_uid.get(match.group(1), match.group(1).rpartition("/")[2])
+            if victim and who:
+                out[victim] = who
+        return out
 
     def _profile(self, contestant: Contestant, out: Path) -> subprocess.Popen[bytes] | None:
         """py-spy on gangsched (stopped with SIGINT), or Go's pprof on kube-scheduler (fixed length)."""
@@ -773,18 +901,27 @@ class Bench:
             time.sleep(0.05)
 
     def _wait(
-        self, contestant: Contestant, observer: Observer, sampler: Sampler, *, total: int, last_create: float
+        self,
+        contestant: Contestant,
+        observer: Observer,
+        sampler: Sampler,
+        *,
+        total: int,
+        last_create: float,
+        counter: Synchronized | None = None,  # type: ignore[type-arg]
     ) -> None:
         """Until every pod is bound, or the scheduler has settled: no binding for `quiet` seconds
         while it used under a quarter of a core (it is not still catching up), or no binding for
-        4 x `quiet` whatever it does (a scheduler retrying unschedulable gangs forever)."""
+        4 x `quiet` whatever it does (a scheduler retrying unschedulable gangs forever).
+        `counter` counts the bound pods (default: every pod the observer saw bound)."""
         opts = self.options
+        count = observer.bound if counter is None else counter
         started = time.monotonic()
         last_report = started
         while True:
             time.sleep(0.2)
             now = time.monotonic()
-            bound = int(observer.bound.value)
+            bound = int(count.value)
             if bound >= total:
                 return
             if not contestant.alive():

@@ -64,6 +64,12 @@ class Recording:
     devices_twice: int | None = None  # (driver, pool, device) in two claims' allocations
     bound_without_device: int | None = None  # bound pods whose claim is not allocated on their node
     claims_allocated: int | None = None
+    # preemption workload only: when every low pod was bound (or the wait for it ended) and
+    # the high stream began, how many low pods were bound then, and victim pod -> the gang
+    # that preempted it (from the victims' `Preempted` Events).
+    saturated: float | None = None
+    low_bound_at_saturation: int | None = None
+    preemptors: dict[str, str] = field(default_factory=dict)
 
 
 def recording_to_json(rec: Recording) -> dict[str, Any]:
@@ -80,6 +86,9 @@ def recording_to_json(rec: Recording) -> dict[str, Any]:
         "devices_twice": rec.devices_twice,
         "bound_without_device": rec.bound_without_device,
         "claims_allocated": rec.claims_allocated,
+        "saturated": rec.saturated,
+        "low_bound_at_saturation": rec.low_bound_at_saturation,
+        "preemptors": rec.preemptors,
     }
 
 
@@ -98,6 +107,9 @@ def recording_from_json(data: Mapping[str, Any]) -> Recording:
         devices_twice=_optional_int(data.get("devices_twice")),
         bound_without_device=_optional_int(data.get("bound_without_device")),
         claims_allocated=_optional_int(data.get("claims_allocated")),
+        saturated=None if data.get("saturated") is None else float(data["saturated"]),
+        low_bound_at_saturation=_optional_int(data.get("low_bound_at_saturation")),
+        preemptors={str(k): str(v) for k, v in (data.get("preemptors") or {}).items()},
     )
 
 
@@ -393,3 +405,147 @@ def bound_curve(recording: Recording, workload: Workload) -> tuple[list[float], 
         ys.append(count)
     creates = sorted(t - t0 for t in recording.created.values())
     return xs, ys, creates
+
+
+# --------------------------------------------------------------------------------------------
+# The preemption workload
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionFigures:
+    """One run of the preemption workload (`workload.generate_preemption`).
+
+    Victims are the low pods the watch saw deleted during the run: the benchmark deletes
+    nothing until the run is over, so every such deletion is the scheduler's. A victim is
+    attributed to the gang that preempted it by its `Preempted` Event (both schedulers post
+    one per victim, naming the preemptor); `preemptions` counts the high gangs with at least
+    one victim attributed, and victims that no Event explains are counted apart.
+    """
+
+    contestant: str
+    low_pods: int
+    low_bound_at_saturation: int
+    saturation_s: float  # first low pod created -> every low pod bound
+    high_gangs: int
+    high_placed: int
+    high_latency_p50: float  # last pod of the high gang created -> all its pods bound
+    high_latency_p99: float
+    high_latency_max: float
+    victims: int  # low pods deleted by the scheduler
+    victim_gpus: int
+    preemptions: int  # high gangs with victims attributed to them
+    victims_per_preemption: float
+    victims_per_preemption_max: int
+    unattributed_victims: int
+    evicted_per_needed_gpu: float  # victim GPUs / GPUs of the high gangs that preempted
+    victim_gangs_whole: int  # low gangs with every member deleted
+    partial_victim_gangs: int  # low gangs with some, not all, members deleted: must be 0
+    partial_victim_examples: tuple[str, ...]
+    partial_gangs: int  # any gang below quorum for >= gap (high gangs while binding included)
+    high_unplaced: tuple[str, ...]
+    cpu_seconds: float  # scheduler CPU from the first high pod created to the end of the run
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def preemption_figures_from_json(data: Mapping[str, Any]) -> PreemptionFigures:
+    fields = dict(data)
+    fields["partial_victim_examples"] = tuple(fields.get("partial_victim_examples", ()))
+    fields["high_unplaced"] = tuple(fields.get("high_unplaced", ()))
+    return PreemptionFigures(**fields)
+
+
+def compute_preemption(recording: Recording, workload: Workload, *, gap: float = 2.0) -> PreemptionFigures:
+    gangs = {g.name: g for g in workload.gangs}
+    gang_of = {g.pod_name(p): g.name for g in workload.gangs for p in g.pods}
+    gpus_of = {g.pod_name(p): p.gpus for g in workload.gangs for p in g.pods}
+    low = {g.name for g in workload.low}
+    timelines = bound_timelines(recording.events, gang_of)
+    deleted: set[str] = {e.pod for e in recording.events if e.kind == "deleted" and gang_of.get(e.pod) in low}
+
+    low_created = [recording.created[g.pod_name(p)] for g in workload.low for p in g.pods]
+    first_low = min(low_created, default=0.0)
+    saturated = recording.saturated if recording.saturated is not None else first_low
+    high_created = [
+        recording.created[g.pod_name(p)]
+        for g in workload.high
+        for p in g.pods
+        if g.pod_name(p) in recording.created
+    ]
+    first_high = min(high_created, default=recording.end)
+
+    latencies: list[float] = []
+    unplaced: list[str] = []
+    for gang in workload.high:
+        names = [gang.pod_name(p) for p in gang.pods]
+        timeline = timelines.get(gang.name, [])
+        if sum(d for _, d in timeline) < gang.min_count or not all(n in recording.created for n in names):
+            unplaced.append(describe(gang))
+            continue
+        latencies.append(timeline[-1][0] - max(recording.created[n] for n in names))
+
+    by_preemptor: dict[str, list[str]] = defaultdict(list)
+    unattributed = 0
+    for pod in deleted:
+        who = recording.preemptors.get(pod)
+        if who is None:
+            unattributed += 1
+        else:
+            by_preemptor[who].append(pod)
+    needed = sum(gangs[name].gpus for name in by_preemptor if name in gangs)
+    victim_gpus = sum(gpus_of[p] for p in deleted)
+
+    whole = 0
+    partial: list[str] = []
+    for name in low:
+        gang = gangs[name]
+        gone = sum(1 for p in gang.pods if gang.pod_name(p) in deleted)
+        if gone == len(gang.pods):
+            whole += gang.is_group
+        elif gone:
+            partial.append(f"{name}: {gone} of {len(gang.pods)} pods deleted")
+
+    episodes = 0
+    for name, timeline in timelines.items():
+        found, _ = partial_episodes(
+            timeline, gang=name, min_count=gangs[name].min_count, end=recording.end, gap=gap
+        )
+        # A low gang losing its members to preemption passes through 0 < bound < minCount
+        # while the deletions land; that is the victim count's business, not a partial placement.
+        found = [
+            e for e in found if not (name in low and e.start >= saturated and _shrinking(timeline, e.start))
+        ]
+        episodes += bool(found)
+
+    counts = [len(v) for v in by_preemptor.values()]
+    return PreemptionFigures(
+        contestant=recording.contestant,
+        low_pods=len(low_created),
+        low_bound_at_saturation=recording.low_bound_at_saturation or 0,
+        saturation_s=saturated - first_low,
+        high_gangs=len(workload.high),
+        high_placed=len(latencies),
+        high_latency_p50=percentile(latencies, 50),
+        high_latency_p99=percentile(latencies, 99),
+        high_latency_max=max(latencies, default=float("nan")),
+        victims=len(deleted),
+        victim_gpus=victim_gpus,
+        preemptions=len(by_preemptor),
+        victims_per_preemption=statistics.fmean(counts) if counts else float("nan"),
+        victims_per_preemption_max=max(counts, default=0),
+        unattributed_victims=unattributed,
+        evicted_per_needed_gpu=victim_gpus / needed if needed else float("nan"),
+        victim_gangs_whole=whole,
+        partial_victim_gangs=len(partial),
+        partial_victim_examples=tuple(sorted(partial)[:10]),
+        partial_gangs=episodes,
+        high_unplaced=tuple(unplaced),
+        cpu_seconds=cpu_at(recording.cpu, recording.end) - cpu_at(recording.cpu, first_high),
+    )
+
+
+def _shrinking(timeline: Sequence[tuple[float, int]], t: float) -> bool:
+    """Whether the gang's count at `t` was reached by a deletion (it is losing members)."""
+    deltas = [d for when, d in timeline if when <= t]
+    return bool(deltas) and deltas[-1] < 0

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from .metrics import Figures, Recording, bound_curve
+from .metrics import Figures, PreemptionFigures, Recording, bound_curve
 from .workload import Workload
 
 LABELS: Final = {"gangsched": "gangsched", "native": "kube-scheduler v1.36.3"}
@@ -168,6 +168,14 @@ def table(runs: Mapping[str, Sequence[Figures]]) -> str:
 
 def workload_line(workload: Workload) -> str:
     s = workload.summary()
+    if workload.kind == "preemption":
+        return (
+            f"{workload.topology.describe()}; preemption, seed {workload.seed}: {s['low_gangs']} "
+            f"low-priority gangs ({s['low_pods']} pods, {s['low_half_node_gangs']} of them of 4-GPU "
+            f"pods) fill all {s['cluster_gpus']} GPUs, then {s['high_gangs']} high-priority gangs "
+            f"({s['high_pods']} pods of 8 GPUs, {s['high_gpus']} GPUs) arrive one at a time; "
+            "no topology constraints"
+        )
     kind = (
         "; DRA: GPUs are ResourceSlice devices, one claim of one GPU per GPU pod (ResourceClaimTemplate)"
         if workload.dra
@@ -247,3 +255,47 @@ def plot(recordings: Sequence[Recording], workload: Workload, path: Path) -> Non
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+
+
+PreemptionRow = tuple[str, Callable[[PreemptionFigures], float], str, int, str]
+
+PREEMPTION_ROWS: Final[Sequence[PreemptionRow]] = (
+    (
+        "high gang time to run p50, last pod created to all bound",
+        lambda f: f.high_latency_p50,
+        "s",
+        2,
+        "lower",
+    ),
+    ("high gang time to run p99", lambda f: f.high_latency_p99, "s", 2, "lower"),
+    ("high gangs placed", lambda f: f.high_placed, "", 0, "higher"),
+    ("high gangs submitted", lambda f: f.high_gangs, "", 0, ""),
+    ("victims: low pods deleted by the scheduler", lambda f: f.victims, "", 0, "lower"),
+    ("preemptions (high gangs with victims)", lambda f: f.preemptions, "", 0, ""),
+    ("victims per preemption (mean)", lambda f: f.victims_per_preemption, "", 2, "lower"),
+    ("victims per preemption (max)", lambda f: f.victims_per_preemption_max, "", 0, "lower"),
+    ("victim GPUs per GPU of the preempting gangs", lambda f: f.evicted_per_needed_gpu, "", 2, "lower"),
+    ("victims no Preempted Event explains", lambda f: f.unattributed_victims, "", 0, ""),
+    ("low gangs evicted whole", lambda f: f.victim_gangs_whole, "", 0, ""),
+    (
+        "partial victim gangs, some not all members deleted (must be 0)",
+        lambda f: f.partial_victim_gangs,
+        "",
+        0,
+        "",
+    ),
+    ("partial gangs ever observed (must be 0)", lambda f: f.partial_gangs, "", 0, ""),
+    ("low pods bound at saturation", lambda f: f.low_bound_at_saturation, "", 0, ""),
+    ("time to saturate, first low pod created to all bound", lambda f: f.saturation_s, "s", 1, ""),
+    ("scheduler CPU seconds, first high pod created to the end", lambda f: f.cpu_seconds, "s", 1, "lower"),
+)
+
+
+def preemption_table(runs: Mapping[str, Sequence[PreemptionFigures]]) -> str:
+    """Markdown for the preemption workload: one column per contestant (median over repeats)."""
+    names = [n for n in ("gangsched", "native") if n in runs]
+    lines = ["| metric | " + " | ".join(LABELS[n] for n in names) + " |", "|---|" + "---:|" * len(names)]
+    for label, value, unit, digits, _ in PREEMPTION_ROWS:
+        cells = [_fmt(_median([float(value(f)) for f in runs[n]]), unit, digits) for n in names]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -42,8 +42,9 @@ from gangsched_testing.builders import pod_group_manifest
 from gangsched_testing.fakenodes import NodeSet, TopologyKeys, TopologyShape, node_manifests
 
 Flavour = Literal["gangsched", "native"]
-WorkloadKind = Literal["gpu", "dra"]
+WorkloadKind = Literal["gpu", "dra", "preemption"]
 Level = Literal["rack", "block"]
+Priority = Literal["low", "high"]
 Manifest = dict[str, Any]
 
 GPU: Final = "nvidia.com/gpu"
@@ -74,6 +75,11 @@ LAUNCHER_SHARE: Final = 0.3
 REQUIRED_RACK_SHARE: Final = 0.25  # only when the gang needs at most half a rack
 REQUIRED_BLOCK_SHARE: Final = 0.30  # Required block + Preferred rack; at most half a block
 PREFERRED_RACK_SHARE: Final = 0.30  # Preferred rack only (native: unconstrained)
+# The preemption workload (`generate_preemption`).
+PRIORITY_VALUES: Final[Mapping[Priority, int]] = {"low": 1000, "high": 100000}
+LOW_SIZE_EXPONENTS: Final = (1, 2, 3)  # 2 .. 8 pods
+LOW_HALF_NODE_SHARE: Final = 0.3  # low gangs made of 4-GPU pods (two per node)
+HIGH_SIZE_EXPONENTS: Final = (1, 2, 3)  # 2 .. 8 pods of 8 GPUs
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +150,11 @@ class Gang:
     pods: tuple[PodShape, ...]
     required: Level | None
     preferred_rack: bool
+    priority: Priority | None = None  # the preemption workload only: its PriorityClass
 
     @property
     def name(self) -> str:
-        return f"g{self.index:05d}"
+        return f"{'h' if self.priority == 'high' else 'g'}{self.index:05d}"
 
     @property
     def min_count(self) -> int:
@@ -183,6 +190,16 @@ class Workload:
         return self.kind == "dra"
 
     @property
+    def low(self) -> tuple[Gang, ...]:
+        """The preemption workload's saturating gangs (every gang of the other kinds)."""
+        return tuple(g for g in self.gangs if g.priority != "high")
+
+    @property
+    def high(self) -> tuple[Gang, ...]:
+        """The preemption workload's stream of high-priority gangs (none for the other kinds)."""
+        return tuple(g for g in self.gangs if g.priority == "high")
+
+    @property
     def pods(self) -> int:
         return sum(len(g.pods) for g in self.gangs)
 
@@ -193,7 +210,18 @@ class Workload:
     def summary(self) -> dict[str, Any]:
         gangs = self.gangs
         groups = [g for g in gangs if g.is_group]
+        extra: dict[str, Any] = {}
+        if self.kind == "preemption":
+            extra = {
+                "low_gangs": len(self.low),
+                "low_pods": sum(len(g.pods) for g in self.low),
+                "low_half_node_gangs": sum(1 for g in self.low if g.pods[0].gpus < GPUS_PER_NODE),
+                "high_gangs": len(self.high),
+                "high_pods": sum(len(g.pods) for g in self.high),
+                "high_gpus": sum(g.gpus for g in self.high),
+            }
         return {
+            **extra,
             "kind": self.kind,
             "gangs": len(gangs),
             "pods": self.pods,
@@ -279,6 +307,76 @@ def generate(
     )
 
 
+def generate_preemption(topology: Topology, *, seed: int, high_share: float = 0.5) -> Workload:
+    """Low-priority gangs that fill every GPU, then high-priority gangs for `high_share` of them.
+
+    Low gangs (PriorityClass low): 2^k pods, k = 1..3, Zipf weights as in `generate` (gangs,
+    not single pods: both schedulers evict a single pod before any gang of the same priority,
+    so singles would spare the gangs the test is about); 8-GPU pods (one per node), except
+    that 30 % are made of 4-GPU pods (two per node, so a node can hold members of two low
+    gangs and freeing it can take two victims). Drawn until the next one would overflow the
+    cluster, then 2-pod gangs of 8-GPU pods fill the rest (one 8-GPU single pod if one node is
+    left): their GPUs are exactly the cluster's, and since every pod is a whole node or half
+    of one in pairs, any packing that places them all fills every GPU.
+
+    High gangs (PriorityClass high): 2, 4 or 8 pods of 8 GPUs (whole nodes), Zipf weights,
+    until their GPUs reach `high_share` of the cluster. With the cluster full of low pods none
+    of them can run without preempting. No gang has a topology constraint (kube-scheduler's
+    workload-aware preemption refuses preemptors with one, see docs/benchmarks.md).
+    Deterministic; low gangs first (named g<index>), then the high ones (h<index>).
+    """
+    rng = random.Random(seed)
+    weights = [(k + 1) ** -ZIPF_S for k in LOW_SIZE_EXPONENTS]
+    gangs: list[Gang] = []
+    free = topology.gpus
+    while True:
+        size = 2 ** rng.choices(LOW_SIZE_EXPONENTS, weights=weights)[0]
+        gpus = GPUS_PER_NODE // 2 if size > 1 and rng.random() < LOW_HALF_NODE_SHARE else GPUS_PER_NODE
+        if size * gpus > free:
+            break
+        gangs.append(_uniform_gang(len(gangs), size, gpus, "low"))
+        free -= size * gpus
+    while free > 0:  # the draws are multiples of 8 GPUs, so whole nodes are left
+        size = 2 if free >= 2 * GPUS_PER_NODE else 1
+        gangs.append(_uniform_gang(len(gangs), size, GPUS_PER_NODE, "low"))
+        free -= size * GPUS_PER_NODE
+    high_weights = [(k + 1) ** -ZIPF_S for k in HIGH_SIZE_EXPONENTS]
+    target = high_share * topology.gpus
+    requested = 0
+    while requested + 2 * GPUS_PER_NODE <= target:
+        size = 2 ** rng.choices(HIGH_SIZE_EXPONENTS, weights=high_weights)[0]
+        while size > 2 and requested + size * GPUS_PER_NODE > target:
+            size //= 2
+        gangs.append(_uniform_gang(len(gangs), size, GPUS_PER_NODE, "high"))
+        requested += size * GPUS_PER_NODE
+    return Workload(
+        topology=topology, gangs=tuple(gangs), seed=seed, oversubscription=1.0 + high_share, kind="preemption"
+    )
+
+
+def _uniform_gang(index: int, size: int, gpus: int, priority: Priority) -> Gang:
+    pods = tuple(PodShape(str(i) if size == 1 else f"w{i}", gpus, 3 * gpus, 24 * gpus) for i in range(size))
+    return Gang(index=index, pods=pods, required=None, preferred_rack=False, priority=priority)
+
+
+def priority_class_name(priority: Priority, *, pool: str) -> str:
+    """The benchmark's PriorityClasses are cluster-wide: named after the node pool."""
+    return f"{pool}-{priority}"
+
+
+def priority_class_manifests(pool: str) -> list[Manifest]:
+    return [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": priority_class_name(level, pool=pool)},
+            "value": value,
+            "preemptionPolicy": "PreemptLowerPriority",
+        }
+        for level, value in PRIORITY_VALUES.items()
+    ]
+
+
 # --------------------------------------------------------------------------------------------
 # Manifests
 
@@ -320,24 +418,38 @@ def node_domains(topology: Topology, *, pool: str) -> dict[str, tuple[str, str]]
     return out
 
 
-def group_manifest(gang: Gang, flavour: Flavour) -> Manifest | None:
+def group_manifest(gang: Gang, flavour: Flavour, *, pool: str = "bench") -> Manifest | None:
     """The PodGroup of a multi-pod gang, or None for a single pod.
 
     gangsched: Required level (if any), then a Preferred rack. Native: only the Required level
     becomes `schedulingConstraints.topology` (one level, and native has no Preferred mode).
+    A gang of the preemption workload names its PriorityClass and `disruptionMode: PodGroup`
+    with both (gangsched's default for gangs; kube-scheduler's default is Pod, which would
+    let it evict single members of a gang).
     """
     if not gang.is_group:
         return None
+    priority_class = None if gang.priority is None else priority_class_name(gang.priority, pool=pool)
     if flavour == "gangsched":
         topology: list[tuple[str, str]] = []
         if gang.required is not None:
             topology.append((LEVEL_KEYS[gang.required], "Required"))
         if gang.preferred_rack and gang.required != "rack":
             topology.append((RACK_KEY, "Preferred"))
-        return pod_group_manifest(gang.name, gang.min_count, namespace=None, topology=topology)
+        return pod_group_manifest(
+            gang.name,
+            gang.min_count,
+            namespace=None,
+            topology=topology,
+            priority_class=priority_class,
+            disruption_mode=None if priority_class is None else "PodGroup",
+        )
     spec: Manifest = {"schedulingPolicy": {"gang": {"minCount": gang.min_count}}}
     if gang.required is not None:
         spec["schedulingConstraints"] = {"topology": [{"key": LEVEL_KEYS[gang.required]}]}
+    if priority_class is not None:
+        spec["priorityClassName"] = priority_class
+        spec["disruptionMode"] = "PodGroup"
     return {"apiVersion": NATIVE_API, "kind": "PodGroup", "metadata": {"name": gang.name}, "spec": spec}
 
 
@@ -355,6 +467,7 @@ def pod_manifest(gang: Gang, pod: PodShape, flavour: Flavour, *, pool: str, dra:
         gpu=0 if dra else pod.gpus,
         scheduler=SCHEDULER_NAMES[flavour],
         node_selector={POOL_LABEL: pool},
+        priority_class=None if gang.priority is None else priority_class_name(gang.priority, pool=pool),
         labels={GANG_LABEL: gang.name},
         spec={
             "terminationGracePeriodSeconds": 0,

@@ -22,7 +22,7 @@ if str(REPO) not in sys.path:  # `pytest` without `python -m` does not put the r
 
 from bench.e2e import metrics, report  # noqa: E402
 from bench.e2e.harness import Bench, Options  # noqa: E402
-from bench.e2e.workload import Flavour, Topology, generate, node_domains  # noqa: E402
+from bench.e2e.workload import Flavour, Topology, generate, generate_preemption, node_domains  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -84,3 +84,41 @@ def test_small_dra_benchmark_allocates_every_device_once(
             # The resourceclaim controller's writes are not the scheduler's.
             assert report.scheduler_writes(fig) < sum(fig.api_requests.values()), where
     assert "| devices allocated twice (must be 0) | 0 |" in report.table(figures)
+
+
+def test_small_preemption_benchmark_evicts_whole_gangs(
+    control_plane: devcluster.ControlPlane, tmp_path: Path
+) -> None:
+    """The preemption workload (`--workload preemption`): 20 nodes filled with low-priority
+    gangs, then 4 high-priority gangs (half the GPUs) one every half second. gangsched must run
+    every high gang by preempting and never delete part of a low gang; kube-scheduler (with
+    WorkloadAwarePreemption) runs too when built, its figures are only required to exist."""
+    topology = Topology(nodes=20, rack_size=5, racks_per_block=2)
+    workload = generate_preemption(topology, seed=3, high_share=0.5)
+    assert any(g.pods[0].gpus == 4 for g in workload.low)
+    assert len(workload.high) >= 3
+    options = Options(
+        pool=f"t{uuid.uuid4().hex[:6]}", quiet=6.0, timeout=45.0, interval=0.5, log=lambda _: None
+    )
+    contestants: list[Flavour] = ["gangsched"]
+    if control_plane.binaries.kube_scheduler is not None:
+        contestants.append("native")
+    figures: dict[str, list[metrics.PreemptionFigures]] = {}
+    with Bench(control_plane, workload, options, tmp_path) as bench:
+        for flavour in contestants:
+            fig = metrics.compute_preemption(bench.run(flavour), workload, gap=options.gap)
+            figures[flavour] = [fig]
+            where = f"{flavour}: {fig.as_dict()}"
+            assert fig.low_bound_at_saturation == fig.low_pods, where
+            assert fig.high_placed + len(fig.high_unplaced) == len(workload.high), where
+            if flavour == "gangsched":
+                assert fig.high_placed == len(workload.high), where
+                assert fig.victims > 0, where
+                assert fig.preemptions > 0, where
+                assert fig.unattributed_victims == 0, where
+                assert fig.partial_victim_gangs == 0, where
+                assert fig.partial_gangs == 0, where
+    assert (
+        "| partial victim gangs, some not all members deleted (must be 0) | 0 |"
+        in report.preemption_table({"gangsched": figures["gangsched"]})
+    )
