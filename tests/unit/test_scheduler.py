@@ -381,3 +381,17 @@ def test_the_live_loop_keeps_a_starving_gangs_reservation_while_it_backs_off() -
         assert sorted(name for name, _ in binder.bound if name.startswith("g-")) == ["g-0", "g-1", "g-2"]
 
     asyncio.run(scenario())
+
+
+def test_a_preempting_group_has_no_backoff() -> None:
+    from gangsched.loop.config import SchedulerConfig
+    from gangsched.loop.queue import SchedulingQueue
+    from gangsched.model import Reason
+
+    queue = SchedulingQueue(config=SchedulerConfig(), wake_later=lambda _: None)
+    queue.unplaced(("ml", "hi"), Reason.UNSCHEDULABLE, 10.0, 5, preempting=True)
+    assert not queue.due(("ml", "hi"), 10.0, 5)  # nothing changed yet
+    assert queue.due(("ml", "hi"), 10.01, 6)  # a victim went: at once, no 0.5 s backoff
+    queue.unplaced(("ml", "lo"), Reason.UNSCHEDULABLE, 10.0, 5)
+    queue.unplaced(("ml", "lo"), Reason.UNSCHEDULABLE, 10.0, 5)
+    assert not queue.due(("ml", "lo"), 10.01, 6)  # an ordinary failure backs off

@@ -75,14 +75,20 @@ class SchedulingQueue:
     def bound(self, key: Key) -> None:
         self.state(key).binding = False
 
-    def unplaced(self, key: Key, reason: Reason, now: float, seen_generation: int) -> None:
-        """The group was decided and not placed on the snapshot of `seen_generation`."""
+    def unplaced(
+        self, key: Key, reason: Reason, now: float, seen_generation: int, *, preempting: bool = False
+    ) -> None:
+        """The group was decided and not placed on the snapshot of `seen_generation`.
+
+        `preempting`: it evicts (or has evicted) victims for a nominated domain: like a group
+        waiting for objects it has no backoff, so it is placed on the first change after its
+        victims are gone (the generation check still keeps it from spinning)."""
         state = self.state(key)
         config = self.config
         changed = state.failed_generation not in (-1, seen_generation)
         state.failed_generation = seen_generation
         state.last_attempt = now
-        if reason.waits_for_objects:
+        if reason.waits_for_objects or preempting:
             state.backoff = state.next_attempt = 0.0
         elif changed:
             # It failed on a changed cluster: retry soon after the next change.

@@ -265,7 +265,8 @@ class Scheduler:
                 self.tasks.spawn(self._bind(plan), name=f"bind {key[0]}/{key[1]}")
                 continue
             unplaced.append(decision.reason)
-            self.queue.unplaced(key, decision.reason, now, seen_generation)
+            preempting = decision.preemption is not None or key in self.preemptions.nominations
+            self.queue.unplaced(key, decision.reason, now, seen_generation, preempting=preempting)
             self.reporter.unplaced(decision)
             if decision.preemption is not None and key not in self.preemptions.nominations:
                 self.preemptions.nominate(decision)
