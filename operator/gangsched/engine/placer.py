@@ -12,6 +12,7 @@ How one group is placed (docs/placement.md has the why):
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.fill import Attempt, fill
@@ -78,6 +79,7 @@ class Placer:
             return []
         fits_all = bound[viable] >= cap.total
         fewest = np.zeros(size, dtype=np.int64)
+        breaks = np.zeros(size, dtype=bool)
         if cap.preferred_depths:
             # How few children at the first Preferred level could hold the whole group?
             child_ids_all, _ = self.snap.domains(cap.levels[: cap.preferred_depths[0] + 1])
@@ -89,11 +91,26 @@ class Placer:
             parents = np.full(csize, -1, dtype=np.int64)
             parents[child_ids[ok]] = ids[ok]
             fewest = fewest_children(parents, child_bound, cap.main_units(cap.total), size)
+            # Would that many children have to include an entirely free one? Then a domain
+            # whose partly used children hold the group just as well keeps its free ones whole
+            # for bigger gangs (Slurm's block rule, Kueue's BestFit, FGD).
+            empty = self._entirely_free(child_ids_all, csize)
+            partial = np.where(empty, 0, child_bound)
+            breaks = fewest_children(parents, partial, cap.main_units(cap.total), size) > fewest
         self.fewest = fewest
-        # Rank: whole group fits, fewest Preferred children needed, then the tightest (least spare).
-        order = np.lexsort((viable, raw[viable], fewest[viable], ~fits_all))
+        # Rank: whole group fits, fewest Preferred children needed, no entirely free child
+        # broken, then the tightest (least spare).
+        order = np.lexsort((viable, raw[viable], breaks[viable], fewest[viable], ~fits_all))
         chosen = viable[order][:CANDIDATES_PER_LEVEL]
         return [(int(d), nodes_all[ids == d]) for d in chosen]
+
+    def _entirely_free(self, child_ids_all: IntArray, csize: int) -> npt.NDArray[np.bool_]:
+        """Per child domain: does no pod at all run on any of its nodes?"""
+        busy = np.asarray((self.snap.used[:, 1:] > 0).any(axis=1), dtype=np.float64)
+        known = child_ids_all >= 0  # column 0 of `used` counts pods, the others resources
+        busy_children = np.bincount(child_ids_all[known], weights=busy[known], minlength=csize)[:csize]
+        free: npt.NDArray[np.bool_] = busy_children == 0
+        return free
 
     # -------------------------------------------------------------- descent
 
@@ -152,8 +169,15 @@ class Placer:
         return np.concatenate(parts) if parts else nodes
 
     def order_leaves(self, nodes: IntArray, target: int) -> IntArray:
-        """Hosts largest first while none alone holds what is left (`target`, main-class pods)."""
+        """Hosts largest first while none alone holds what is left (`target`, main-class pods).
+
+        A group without any topology asked for no locality: its hosts are packed fullest
+        first instead (kube-scheduler's MostAllocated, Kueue's LeastFreeCapacity), so it
+        does not break up free hosts, and with them free racks, that bigger gangs need."""
         _, raw = self.cap.node_capacity(nodes)
+        if not self.cap.levels:
+            able = nodes[raw > 0]
+            return np.concatenate([able[np.lexsort((able, raw[raw > 0]))], nodes[raw <= 0]])
         ranked = np.lexsort((nodes, -raw))
         picked = largest_then_best_fit(ranked, raw, raw, target) if target > 0 else []
         if not picked:
