@@ -114,6 +114,38 @@ class Placer:
 
     # -------------------------------------------------------------- descent
 
+    def _spare_free_children(
+        self,
+        nodes: IntArray,
+        pref_index: int,
+        target: int,
+        uniq: IntArray,
+        inverse: IntArray,
+        bound: IntArray,
+        fitting: IntArray,
+        home: npt.NDArray[np.bool_],
+    ) -> Attempt | None:
+        """When the only children that hold the whole group alone are entirely free, and two
+        partly used children hold it together, place it there: one more child for the gang,
+        a whole free child kept for a gang that needs all of it."""
+        if home.any() or uniq.size < 2:
+            return None
+        ids_all, _ = self.snap.domains(self.cap.levels[: self.cap.preferred_depths[pref_index] + 1])
+        free_codes = self._entirely_free(ids_all, int(ids_all.max()) + 1)
+        child_free = np.where(uniq >= 0, free_codes[np.maximum(uniq, 0)], False)
+        if not child_free[fitting].all():
+            return None
+        partial = np.flatnonzero(~child_free & (uniq >= 0) & (bound > 0))
+        if partial.size < 2 or np.sort(bound[partial])[-2:].sum() < target:
+            return None
+        keep = nodes[np.isin(inverse, partial)]
+        order = self.order(keep, pref_index, self.cap.main_units(target))
+        attempt = fill(self.cap, order, target)
+        if attempt.placed < target:
+            return None
+        attempt.spread = self._spread(attempt)
+        return attempt if attempt.spread[pref_index] <= 2 else None
+
     def _place_within(self, nodes: IntArray, pref_index: int, target: int) -> Attempt:
         cap = self.cap
         if pref_index < len(cap.preferred_depths):
@@ -127,6 +159,11 @@ class Placer:
                 # The domain of already-bound members first (a repaired gang stays together),
                 # then the tightest: big domains stay whole for big gangs.
                 home = cap.holds_members(uniq[fitting], ids_all)
+                spared = self._spare_free_children(
+                    nodes, pref_index, target, uniq, inverse, bound, fitting, home
+                )
+                if spared is not None:
+                    return spared
                 ranked = fitting[np.lexsort((uniq[fitting], raw[fitting], ~home))]
                 for child in ranked[:CANDIDATES_PER_LEVEL]:
                     attempt = self._place_within(nodes[inverse == child], pref_index + 1, target)
