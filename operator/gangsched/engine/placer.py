@@ -252,10 +252,16 @@ class Placer:
 
     def commit(self, attempt: Attempt) -> dict[tuple[str, str], str]:
         """Pod key -> node name; the snapshot counts the placed pods as used from now on."""
-        assignments: dict[tuple[str, str], str] = {}
-        for pod, node, k in self.assign(attempt):
-            assignments[pod.key] = self.snap.nodes[node].name
-            self.snap.add_usage(node, self.cap.classes[k].resources(self.cap.width))
+        assignments = {pod.key: self.snap.nodes[node].name for pod, node, _ in self.assign(attempt)}
+        width = self.cap.width
+        for cls, per_node in zip(self.cap.classes, attempt.counts, strict=True):
+            if not per_node:
+                continue
+            rows = np.fromiter(per_node.keys(), dtype=np.int64, count=len(per_node))
+            counts = np.fromiter(per_node.values(), dtype=np.int64, count=len(per_node))
+            request = cls.resources(width)
+            # One vectorised update per class (rows are distinct), not one per pod.
+            self.snap.used[rows, : request.shape[0]] += counts[:, None] * request[None, :]
         return assignments
 
     def domain_label(self, attempt: Attempt) -> str | None:

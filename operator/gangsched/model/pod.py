@@ -6,7 +6,7 @@ init containers, overhead); `Placement` is the eligibility signature identical p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,15 +103,21 @@ def is_extended_resource(name: str) -> bool:
     return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
 
 
-def extended_requests(spec: Mapping[str, Any]) -> tuple[ExtendedRequest, ...]:
-    """Per container, the extended resources it asks for (requests, else limits)."""
+def extended_requests(
+    spec: Mapping[str, Any], parsed: Sequence[Mapping[str, int]] | None = None
+) -> tuple[ExtendedRequest, ...]:
+    """Per container, the extended resources it asks for (requests, else limits); `parsed`:
+    the containers' requests as `pod_requests` parsed them (not parsed twice)."""
     out = []
     for i, container in enumerate(spec.get("containers") or ()):
         if not isinstance(container, Mapping):
             continue
-        resources = container.get("resources") or {}
-        wanted = quantities(resources.get("limits"), f"spec.containers[{i}].resources.limits")
-        wanted.update(quantities(resources.get("requests"), f"spec.containers[{i}].resources.requests"))
+        if parsed is not None:
+            wanted = dict(parsed[i])
+        else:
+            resources = container.get("resources") or {}
+            wanted = quantities(resources.get("limits"), f"spec.containers[{i}].resources.limits")
+            wanted.update(quantities(resources.get("requests"), f"spec.containers[{i}].resources.requests"))
         for name in sorted(wanted):
             if is_extended_resource(name) and wanted[name] > 0:
                 count = -(-wanted[name] // 1000)  # milli-units, as every quantity here
@@ -179,11 +185,14 @@ def _max(into: dict[str, int], other: Mapping[str, int]) -> None:
             into[name] = amount
 
 
-def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+def pod_requests(
+    spec: Mapping[str, Any], per_container: list[dict[str, int]] | None = None
+) -> dict[str, int]:
     """Effective request: max(sum of containers + sidecars, each init step) + overhead, plus 1 pod.
 
     Sidecars (init containers with restartPolicy Always) keep running, so they add to the
     containers and to every init container started after them, as in kube-scheduler.
+    `per_container` receives each container's own requests (for `extended_requests`).
     """
     containers = spec.get("containers") or []
     init_containers = spec.get("initContainers") or []
@@ -202,7 +211,10 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
 
     total: dict[str, int] = {}
     for i, container in enumerate(containers):
-        _add(total, requests_of(container, f"spec.containers[{i}]"))
+        own = requests_of(container, f"spec.containers[{i}]")
+        if per_container is not None:
+            per_container.append(own)
+        _add(total, own)
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
     for i, container in enumerate(init_containers):
@@ -333,6 +345,7 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         raise ModelError(f"spec.priority: must be an integer, not {priority!r}")
     if priority is None and priorities is not None:
         priority = priorities.pod_priority(str(spec.get("priorityClassName") or ""))
+    per_container: list[dict[str, int]] = []
     claims, claim_statuses = parse_pod_claims(spec, status)
     return Pod(
         namespace=str(meta.get("namespace") or NAMESPACE_DEFAULT),
@@ -342,7 +355,7 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         node_name=str(spec.get("nodeName") or ""),
         phase=str(status.get("phase") or "Pending"),
         pod_group=labels.get(POD_GROUP_LABEL),
-        requests=pod_requests(spec),
+        requests=pod_requests(spec, per_container),
         placement=_placement(spec),
         priority=int(priority or 0),
         resource_version=str(meta.get("resourceVersion") or ""),
@@ -353,7 +366,7 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         unscheduled_reason=_unscheduled_reason(status),
         claims=claims,
         claim_statuses=claim_statuses,
-        extended=extended_requests(spec),
+        extended=extended_requests(spec, per_container),
         extended_claim=str((status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName") or "")
         or None,
         preemption_policy=_preemption_policy(spec),
