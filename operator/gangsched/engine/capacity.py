@@ -103,7 +103,7 @@ class GroupCapacity:
         self.blocked = blocked
         self.classes = self._classes(group.pending)
         # After vector() may have added columns; device columns (one per device key) follow.
-        self.width = snapshot.free.shape[1]
+        self.width = snapshot.allocatable.shape[1]
         self.free, self.allocatable, self.column_labels = self._device_columns()
         self.caps = [fit_counts(self.free, c.request, c.mask) for c in self.classes]
         self.counts = [len(c.pods) for c in self.classes]
@@ -140,7 +140,7 @@ class GroupCapacity:
                     device_key=device_key,
                 )
             )
-        width = snapshot.free.shape[1]
+        width = snapshot.allocatable.shape[1]
         n = len(snapshot.nodes)
         scale = np.maximum(snapshot.allocatable.max(axis=0) if n else np.ones(width), 1)
         for cls in shapes:
