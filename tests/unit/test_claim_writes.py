@@ -329,3 +329,69 @@ def test_our_own_allocation_seen_after_a_lost_answer_is_not_someone_elses() -> N
     claim = cache.devices.claims[("ml", "w-0-gpu")]
     assert claim.allocation is not None
     assert [r.uid for r in claim.reserved_for] == ["pod-0"]
+
+
+class CreateBinder:
+    def __init__(self) -> None:
+        self.created: list[dict[str, Any]] = []
+
+    async def create_claim(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.created.append(body)
+        made = copy.deepcopy(body)
+        made["metadata"]["name"] = made["metadata"].pop("generateName") + "new01"
+        made["metadata"]["resourceVersion"] = "50"
+        return made
+
+
+def test_an_extended_resource_claim_left_by_an_earlier_attempt_is_used_not_duplicated() -> None:
+    from gangsched.loop.extended import EXTENDED_CLAIM_ANNOTATION, ExtendedClaims
+
+    cache = ClusterCache()
+    er_class = dra.gpu_class("er.example.com")
+    er_class["spec"]["extendedResourceName"] = "example.com/gpu"
+    cache.apply_dra(DEVICE_CLASSES, "ADDED", er_class)
+    cache.apply_dra(RESOURCE_SLICES, "ADDED", dra.node_slice("a", dra.gpus(2)))
+    body = pod_manifest("w-0", "g", uid="pod-0", limits={"example.com/gpu": "1"})
+    from gangsched.model import parse_pod
+
+    pending = parse_pod(body)
+    result = schedule_cycle(
+        nodes=[node("a", gpu=0)], pods=[pending], pod_groups=[pod_group("g", 1)], dra=cache.devices.objects(0)
+    )
+    [decision] = result.decisions
+    assert decision.scheduled, decision.message
+    [placed] = decision.pending
+    binder = CreateBinder()
+    step = ExtendedClaims(cache=cache, binder=binder)  # type: ignore[arg-type]
+    plan = GangPlan(decision, [(placed, "a")])
+    assert asyncio.run(step.prepare(plan)) is None
+    assert len(binder.created) == 1  # none left over: one is created
+    # An earlier attempt's claim, owned by the pod: used instead of a second one.
+    leftover = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": "w-0-extended-resources-old01",
+            "namespace": "ml",
+            "uid": "claim-old",
+            "resourceVersion": "40",
+            "annotations": {EXTENDED_CLAIM_ANNOTATION: "true"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "w-0", "uid": "pod-0"}],
+        },
+        "spec": binder.created[0]["spec"],
+    }
+    cache.apply_dra(RESOURCE_CLAIMS, "ADDED", leftover)
+    cache.apply_dra(
+        RESOURCE_CLAIMS, "DELETED", {"metadata": {"namespace": "ml", "name": "w-0-extended-resources-new01"}}
+    )
+    again = schedule_cycle(
+        nodes=[node("a", gpu=0)], pods=[pending], pod_groups=[pod_group("g", 1)], dra=cache.devices.objects(0)
+    )
+    [decision] = again.decisions
+    [placed] = decision.pending
+    plan = GangPlan(decision, [(placed, "a")])
+    assert asyncio.run(ExtendedClaims(cache=cache, binder=binder).prepare(plan)) is None  # type: ignore[arg-type]
+    assert len(binder.created) == 1
+    [(pod, _)] = plan.assignments
+    assert any(c.claim_name == "w-0-extended-resources-old01" for c in pod.claims)
+    assert ("ml", "w-0-extended-resources-old01") in decision.allocations

@@ -106,12 +106,18 @@ class ExtendedClaims:
             if provisional in self.cache.devices.claims:
                 continue  # the claim its status records
             requests = claim_requests(pod, _delegated(pod, classes))
-            try:
-                created = await self.binder.create_claim(claim_body(pod, requests))
-            except ApiException as exc:
-                return f"pod {pod.name}: could not create its extended-resource claim: {error_message(exc)}"
-            self.cache.apply_dra(RESOURCE_CLAIMS, "ADDED", created)
-            real = (pod.namespace, str(created["metadata"]["name"]))
+            leftover = self._leftover(pod)
+            if leftover is not None:
+                real = leftover  # made by an earlier attempt (its answer lost, or a crash after it)
+            else:
+                try:
+                    created = await self.binder.create_claim(claim_body(pod, requests))
+                except ApiException as exc:
+                    return (
+                        f"pod {pod.name}: could not create its extended-resource claim: {error_message(exc)}"
+                    )
+                self.cache.apply_dra(RESOURCE_CLAIMS, "ADDED", created)
+                real = (pod.namespace, str(created["metadata"]["name"]))
             if provisional in allocations:
                 allocations[real] = allocations.pop(provisional)
                 self.cache.forget_allocations([provisional])
@@ -127,6 +133,22 @@ class ExtendedClaims:
                 for r, name, _ in requests
             ]
             made.append(_Made(updated, real, mappings))
+        return None
+
+    def _leftover(self, pod: Pod) -> Key | None:
+        """An unallocated extended-resource claim this pod already owns, to use rather than
+        create another one."""
+        prefix = f"{pod.name}-{EXTENDED_ENTRY}-"
+        for key, claim in self.cache.devices.claims.items():
+            if (
+                key[0] == pod.namespace
+                and key[1].startswith(prefix)
+                and pod.uid in claim.owner_uids
+                and claim.annotations.get(EXTENDED_CLAIM_ANNOTATION) == "true"
+                and claim.allocation is None
+                and not claim.deleting
+            ):
+                return key
         return None
 
     async def record(self, plan: GangPlan) -> str | None:

@@ -208,6 +208,8 @@ class ResourceClaim:
     resource_version: str = ""
     finalizers: tuple[str, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=dict)
+    # UIDs of metadata.ownerReferences (a KEP-5004 claim is owned by its pod).
+    owner_uids: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -550,6 +552,9 @@ def parse_resource_claim(obj: Mapping[str, Any]) -> ResourceClaim:
         resource_version=str(meta.get("resourceVersion") or ""),
         finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
         annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+        owner_uids=tuple(
+            str(o.get("uid") or "") for o in meta.get("ownerReferences") or () if isinstance(o, Mapping)
+        ),
     )
 
 
