@@ -167,21 +167,25 @@ class Binder:
             return False
         return True
 
-    async def mark_unschedulable(self, pod: Pod, message: str) -> None:
-        """PodScheduled=False/Unschedulable on a pending pod, as kube-scheduler sets it, so that
-        cluster-autoscaler and Karpenter see the pods of a gang that does not fit. Best effort."""
-        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+    async def _patch_condition(self, pod: Pod, kind: str, status: str, reason: str, message: str) -> None:
+        """One pod condition, by strategic merge patch on pods/status (conditions merge by
+        type). The UID in the patch makes it apply to this pod only, not a recreated one."""
         condition = {
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": "Unschedulable",
+            "type": kind,
+            "status": status,
+            "reason": reason,
             "message": printable(message)[:4096],
             "lastTransitionTime": now_rfc3339(),
         }
-        # The UID in the patch makes it apply to this pod only, not a recreated one of the name.
         body = {"metadata": {"uid": pod.uid}, "status": {"conditions": [condition]}}
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        await self.transport.call("PATCH", path, body=body, content_type=STRATEGIC_MERGE_PATCH)
+
+    async def mark_unschedulable(self, pod: Pod, message: str) -> None:
+        """PodScheduled=False/Unschedulable on a pending pod, as kube-scheduler sets it, so that
+        cluster-autoscaler and Karpenter see the pods of a gang that does not fit. Best effort."""
         try:
-            await self.transport.call("PATCH", path, body=body, content_type=STRATEGIC_MERGE_PATCH)
+            await self._patch_condition(pod, "PodScheduled", "False", "Unschedulable", message)
         except Exception as exc:
             detail = error_message(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
             log.warning("could not mark pod %s/%s unschedulable: %s", pod.namespace, pod.name, detail)
@@ -189,17 +193,8 @@ class Binder:
     async def mark_disruption_target(self, pod: Pod, message: str) -> bool:
         """DisruptionTarget=True, reason PreemptionByScheduler, on a victim before its
         deletion (as kube-scheduler), so its controller and the job know why it ends."""
-        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
-        condition = {
-            "type": "DisruptionTarget",
-            "status": "True",
-            "reason": "PreemptionByScheduler",
-            "message": printable(message)[:4096],
-            "lastTransitionTime": now_rfc3339(),
-        }
-        body = {"metadata": {"uid": pod.uid}, "status": {"conditions": [condition]}}
         try:
-            await self.transport.call("PATCH", path, body=body, content_type=STRATEGIC_MERGE_PATCH)
+            await self._patch_condition(pod, "DisruptionTarget", "True", "PreemptionByScheduler", message)
         except ApiException as exc:
             if exc.status in (404, 409):
                 return False

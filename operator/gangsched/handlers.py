@@ -17,6 +17,7 @@ from typing import Any
 import kopf
 
 from gangsched.cluster import ClusterCache, Key, LiveReader
+from gangsched.cluster.devices import object_key
 from gangsched.loop import Faults, Scheduler
 from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION, Pod
 
@@ -148,17 +149,12 @@ class Intake:
         async def on_list(items: Sequence[Body], resource_version: str) -> None:
             for item in items:
                 self.cache.apply_dra(kind, "LISTED", item)
-            listed = [_dra_key(i) for i in items]
+            listed = [object_key(i) for i in items]
             for key in self.cache.devices.vanished(kind, listed, resource_version):
                 self.cache.apply_dra(kind, "DELETED", {"metadata": {"namespace": key[0], "name": key[1]}})
             self.scheduler.wake()
 
         return KindSink(on_event, on_list)
-
-
-def _dra_key(body: Body) -> Key:
-    meta = body.get("metadata") or {}
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,8 +128,11 @@ def operator_factory(
 
 @pytest.fixture
 def controller_manager(control_plane: devcluster.ControlPlane) -> devcluster.ControlPlane:
-    """The control plane with kube-controller-manager healthy (DRA tests); skips without it."""
+    """The control plane with kube-controller-manager healthy (DRA tests); skips without it
+    (KUBEBUILDER_ASSETS ships none), or under CI=true fails: CI builds it."""
     if not control_plane.controller_manager:
+        if _in_ci():
+            pytest.fail("CI=true and no kube-controller-manager: run `make control-plane`", pytrace=False)
         pytest.skip("no kube-controller-manager (`make control-plane` builds it)")
     control_plane.wait_controller_manager()
     return control_plane

@@ -461,14 +461,12 @@ def test_dra_gang_with_only_its_service_account(
     fake_dra: FakeDra,
     node_agent: fakenodes.NodeAgent,
     operator_factory: Callable[..., Operator],
+    controller_manager: devcluster.ControlPlane,
 ) -> None:
     """The DRA lines of the ClusterRole suffice: watch classes, slices and claims; write the
     finalizer, allocation and reservedFor; undo (strategic merge patch, deallocation,
     finalizer removed) after a binding failure condition; a PodGroup's claim created from its
     template and deleted when the group finishes."""
-    if not control_plane.controller_manager:
-        pytest.skip("no kube-controller-manager (`make control-plane` builds it)")
-    control_plane.wait_controller_manager()
     first, second = fake_nodes(fakenodes.NodeSet(count=2, name_prefix=f"i{uuid.uuid4().hex[:5]}-"))
     fake_dra(fakedra.NodeDevices(gpus=1, binding={"gpu-0": fakedra.BindingConditions()}), [first])
     kubeconfig = control_plane.kubeconfig_for_token(token=sa_token)

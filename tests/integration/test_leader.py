@@ -78,9 +78,15 @@ def test_one_leader_schedules_and_the_standby_takes_over(
     failover = time.monotonic() - died
     print(f"\nfailover: gang bound {failover:.1f}s after the leader was killed")
     assert holder(admin_api, namespace) == "replica-2"
-    b_writers = {
-        e.get("reportingInstance") for e in events(admin_api, namespace) if "b" in e["involvedObject"]["name"]
-    }
+    # Events are posted after the Bindings: wait for them before asking who wrote them.
+    b_writers = wait_until(
+        lambda: {
+            e.get("reportingInstance")
+            for e in events(admin_api, namespace)
+            if "b" in e["involvedObject"]["name"]
+        },
+        what="gang b's Events",
+    )
     assert b_writers == {"replica-2"}, b_writers
     assert failover < 30  # target 15 s with the default 8 s lease; generous for a loaded CI machine
 

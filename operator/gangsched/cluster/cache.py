@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gangsched.cluster.devices import DeviceCache
+from gangsched.cluster.versions import parse_rv
 from gangsched.model import (
     ModelError,
     Node,
@@ -34,16 +35,6 @@ from gangsched.model import (
 from gangsched.model.pdb import DisruptionBudget, parse_disruption_budget
 
 Key = tuple[str, str]
-
-
-def parse_rv(value: str | None) -> int | None:
-    """A resourceVersion as an integer (comparable since Kubernetes 1.35, KEP-5504), or None.
-
-    None means "unknown": the caller falls back to a live read instead of trusting the cache.
-    """
-    if not value or not value.isdigit() or value.startswith("0"):
-        return None
-    return int(value)
 
 
 _POD_GROUP_META = ("name", "namespace", "uid", "generation", "resourceVersion", "creationTimestamp")

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gangsched.cluster.versions import body_rv
 from gangsched.engine import DraObjects
 from gangsched.engine.dra.allocator import AllocationResult
 from gangsched.engine.dra.pools import DeviceId
@@ -49,12 +50,8 @@ def claim_path(namespace: str, name: str, subresource: str = "") -> str:
     return f"{path}/{subresource}" if subresource else path
 
 
-def _rv(body: Body) -> int | None:
-    value = str((body.get("metadata") or {}).get("resourceVersion") or "")
-    return int(value) if value.isdigit() and not value.startswith("0") else None
-
-
-def _key(body: Body) -> Key:
+def object_key(body: Body) -> Key:
+    """(namespace, name); namespace "" for the cluster-scoped kinds."""
     meta = body.get("metadata") or {}
     return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
@@ -86,12 +83,12 @@ class DeviceCache:
 
     def _stale(self, kind: str, key: Key, body: Body) -> bool:
         held = self._held.get((kind, key))
-        incoming = _rv(body)
+        incoming = body_rv(body)
         return held is not None and held.rv is not None and incoming is not None and incoming < held.rv
 
     def apply(self, kind: str, event_type: str | None, body: Body) -> bool:
         """One event or listed object of `kind`; True when what the engine sees changed."""
-        key = _key(body)
+        key = object_key(body)
         if event_type == "DELETED":
             self._held.pop((kind, key), None)
             self.invalid.pop((kind, *key), None)
@@ -103,12 +100,12 @@ class DeviceCache:
                 return self.slices.pop(key[1], None) is not None
             return self.classes.pop(key[1], None) is not None
         if kind == RESOURCE_CLAIMS:
-            rv = _rv(body)
+            rv = body_rv(body)
             if rv is not None and rv > self._seen_rv.get(key, 0):
                 self._seen_rv[key] = rv
         if self._stale(kind, key, body):
             return False
-        self._held[(kind, key)] = _Held(_rv(body))
+        self._held[(kind, key)] = _Held(body_rv(body))
         try:
             return self._store(kind, key, body)
         except (ModelError, KeyError, TypeError, ValueError) as exc:
@@ -171,9 +168,9 @@ class DeviceCache:
 
     def settle(self, body: Body) -> None:
         """Our write to a claim returned `body`: hold it (the watch's older events are stale)."""
-        key = _key(body)
+        key = object_key(body)
         self._assumed.pop(key, None)
-        self._held[(RESOURCE_CLAIMS, key)] = _Held(_rv(body))
+        self._held[(RESOURCE_CLAIMS, key)] = _Held(body_rv(body))
         self._store(RESOURCE_CLAIMS, key, body)
 
     def forget(self, key: Key) -> bool:

@@ -40,6 +40,8 @@ from gangsched.engine.snapshot import BoolArray, Snapshot
 from gangsched.engine.types import GroupRequest, Preemption, Unit
 from gangsched.model import Pod, PodGroup
 from gangsched.model.pdb import DisruptionBudget
+from gangsched.model.pod import PREEMPT_NEVER
+from gangsched.model.podgroup import DisruptionMode
 
 # Priorities at or above this are system-critical (system-cluster-critical is 2,000,000,000).
 SYSTEM_CRITICAL = 2_000_000_000
@@ -52,7 +54,7 @@ Key = tuple[str, str]
 
 
 def _started(pods: Sequence[Pod]) -> str:
-    stamps = [getattr(p, "started", "") or p.created for p in pods]
+    stamps = [p.started or p.created for p in pods]
     return min((s for s in stamps if s), default="")
 
 
@@ -60,10 +62,7 @@ def _gang_disrupted_whole(group: PodGroup | None) -> bool:
     """disruptionMode PodGroup (the default for gangs): the group is one victim unit."""
     if group is None or group.spec is None:
         return False
-    mode = getattr(group.spec, "effective_disruption_mode", None)
-    if isinstance(mode, str):
-        return mode == "PodGroup"
-    return group.spec.is_gang
+    return group.spec.effective_disruption_mode == DisruptionMode.POD_GROUP
 
 
 def victim_units(bound: Sequence[Pod], groups: Mapping[Key, PodGroup]) -> list[Unit]:
@@ -86,9 +85,7 @@ def victim_units(bound: Sequence[Pod], groups: Mapping[Key, PodGroup]) -> list[U
 
 
 def may_preempt(group: GroupRequest) -> bool:
-    return group.priority > 0 and all(
-        getattr(p, "preemption_policy", "PreemptLowerPriority") != "Never" for p in group.pending
-    )
+    return group.priority > 0 and all(p.preemption_policy != PREEMPT_NEVER for p in group.pending)
 
 
 class _World:

@@ -33,6 +33,8 @@ from gangsched.status import Verdict
 
 log = logging.getLogger(__name__)
 
+# Stale reservations and PodGroup claims are looked for at most this often.
+_CLAIM_SCAN_SECONDS = 1.0
 # Every this many cycles, state about vanished pods and groups is dropped.
 _COLLECT_EVERY_CYCLES = 200
 
@@ -102,6 +104,7 @@ class Scheduler:
         self.cycles = 0
         self._wake = asyncio.Event()
         self._finished_synced = clock()
+        self._claims_scanned = -_CLAIM_SCAN_SECONDS
 
     # ------------------------------------------------------------------ wiring
 
@@ -151,9 +154,12 @@ class Scheduler:
             await self.live.resync_finished()
         exclude, ready = await self._select(now)
         await self.repair.check(now)
-        if self.cache.devices.claims:
-            await self.claims.sweep(self.queue.binding, self._schedule_timeout)
-        await self.group_claims.sync()
+        if now - self._claims_scanned >= _CLAIM_SCAN_SECONDS:
+            # Both walk every claim of the cluster: not on every cycle of a busy loop.
+            self._claims_scanned = now
+            if self.cache.devices.claims:
+                await self.claims.sweep(self.queue.binding, self._schedule_timeout)
+            await self.group_claims.sync()
         if ready:
             # What the snapshot saw: events applied while the engine runs count as changes after it.
             seen_generation = self.cache.generation
