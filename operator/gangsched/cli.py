@@ -68,7 +68,58 @@ def simulate(paths: tuple[Path, ...], output: str, scheduler_name: str) -> None:
         click.echo(sim.to_text(result))
 
 
-@main.command()
+class SectionedCommand(click.Command):
+    """A command whose --help lists its options under headings (click has no option groups).
+
+    `sections` is ``((title, (param name, ...)), ...)`` in display order; an option in no
+    section is listed last, under "Other options" (only --help, for `run`).
+    """
+
+    def __init__(
+        self, *args: Any, sections: tuple[tuple[str, tuple[str, ...]], ...] = (), **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.sections = sections
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        records: dict[str, tuple[str, str]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None and param.name is not None:
+                records[param.name] = record
+        listed: set[str] = set()
+        for title, names in self.sections:
+            rows = [records[name] for name in names if name in records]
+            listed.update(names)
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+        rest = [record for name, record in records.items() if name not in listed]
+        if rest:
+            with formatter.section("Other options"):
+                formatter.write_dl(rest)
+
+
+# The Lease's name is its own: not derived from --scheduler-name, so another scheduler name
+# needs no RBAC edit (manifests/role-leader-election.yaml grants get/update on this one).
+DEFAULT_LEASE_NAME = "gangsched"
+
+RUN_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Scheduling", ("scheduler_name", "namespaces", "all_namespaces", "reservation_after", "pod_events")),
+    ("Cluster connection", ("kubeconfig",)),
+    (
+        "Leader election",
+        ("leader_elect", "lease_namespace", "lease_name", "lease_duration", "renew_deadline", "retry_period"),
+    ),
+    (
+        "Observability",
+        ("liveness_port", "metrics_port", "bind_address", "watch_budget", "log_format", "verbose"),
+    ),
+    ("Performance", ("concurrency",)),
+)
+
+
+@main.command(cls=SectionedCommand, sections=RUN_SECTIONS)
 @click.option(
     "--namespace",
     "-n",
@@ -137,9 +188,9 @@ def simulate(paths: tuple[Path, ...], output: str, scheduler_name: str) -> None:
 )
 @click.option(
     "--lease-name",
-    default=DEFAULT_SCHEDULER_NAME,
+    default=DEFAULT_LEASE_NAME,
     show_default=True,
-    help="Name of the Lease: one per gangsched deployment, whatever it schedules.",
+    help="Name of the Lease: one per gangsched deployment, whatever --scheduler-name says.",
 )
 @click.option(
     "--lease-duration", type=float, default=8.0, show_default=True, help="Seconds a Lease is valid."
@@ -232,6 +283,47 @@ def _run_options(opts: dict[str, Any]) -> Any:
         lease=lease,
         watch_budget_seconds=opts["watch_budget"],
     )
+
+
+@main.command()
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
+def version(output: str) -> None:
+    """Print gangsched's version and the Kubernetes API versions it speaks."""
+    from gangsched import apis
+
+    if output == "json":
+        used = [
+            {
+                "group": use.group,
+                "version": use.group_version.rpartition("/")[2],
+                "kind": use.kind,
+                "resource": use.resource,
+                "verbs": list(use.verbs),
+                "when": use.when,
+            }
+            for use in apis.USED_APIS
+        ]
+        click.echo(
+            json.dumps({"version": __version__, "apis": used, "notUsed": list(apis.NOT_USED)}, indent=2)
+        )
+        return
+    click.echo(f"gangsched {__version__}")
+    click.echo("Kubernetes APIs:")
+    rows = apis.summary()
+    width = max(len(label) for label, _, _ in rows)
+    for label, verbs, when in rows:
+        line = f"  {label:<{width}}  {verbs}"
+        click.echo(line if when == "always" else f"{line} ({when})")
+    click.echo("Not used:")
+    for text in apis.NOT_USED:
+        click.echo(f"  {text}")
 
 
 if __name__ == "__main__":  # pragma: no cover
