@@ -20,7 +20,7 @@ import numpy as np
 
 from gangsched.engine.snapshot import BoolArray, Eligibility, IntArray, Snapshot, fit_counts
 from gangsched.engine.types import GroupRequest
-from gangsched.model import Placement, Pod, TopologyMode
+from gangsched.model import Pod, PodShape, TopologyMode
 
 
 class DeviceView(Protocol):
@@ -115,14 +115,27 @@ class GroupCapacity:
         """Identical pods (same requests, same placement rules) form one class; largest first."""
         snapshot = self.snap
         devices = self.devices
-        by_shape: dict[tuple[tuple[tuple[str, int], ...], Placement, Hashable], list[Pod]] = {}
-        for pod in pending:
-            device_key = devices.key(pod) if devices is not None else ()
-            by_shape.setdefault((tuple(sorted(pod.requests.items())), pod.placement, device_key), []).append(
-                pod
-            )
+        by_shape: dict[tuple[PodShape, Hashable], list[Pod]] = {}
+        if devices is None:
+            by_plain: dict[PodShape, list[Pod]] = {}
+            for pod in pending:
+                members = by_plain.get(pod.shape)
+                if members is None:
+                    by_plain[pod.shape] = [pod]
+                else:
+                    members.append(pod)
+            by_shape = {(shape, ()): members for shape, members in by_plain.items()}
+        else:
+            for pod in pending:
+                key = (pod.shape, devices.key(pod))
+                members = by_shape.get(key)
+                if members is None:
+                    by_shape[key] = [pod]
+                else:
+                    members.append(pod)
         shapes: list[PodClass] = []
-        for (requests, placement, device_key), members in by_shape.items():
+        for (shape, device_key), members in by_shape.items():
+            requests, placement = shape.requests, shape.placement
             elig = snapshot.eligibility(placement)
             mask = elig.mask & ~self.missing_label
             if self.blocked is not None:
@@ -141,8 +154,7 @@ class GroupCapacity:
                 )
             )
         width = snapshot.allocatable.shape[1]
-        n = len(snapshot.nodes)
-        scale = np.maximum(snapshot.allocatable.max(axis=0) if n else np.ones(width), 1)
+        scale = snapshot.scale()
         for cls in shapes:
             req = np.zeros(width, dtype=np.int64)
             req[: cls.request.shape[0]] = cls.request

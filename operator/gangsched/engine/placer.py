@@ -11,6 +11,9 @@ How one group is placed (docs/placement.md has the why):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from operator import attrgetter
+
 import numpy as np
 import numpy.typing as npt
 
@@ -58,7 +61,7 @@ class Placer:
         lower = int(self.fewest[domain]) if domain >= 0 and self.fewest.size else 1
         return attempt.spread[0] <= max(lower, 1) and all(s <= 1 for s in attempt.spread[1:-1])
 
-    def _required_candidates(self, nodes_all: IntArray) -> list[tuple[int, IntArray]]:
+    def _required_candidates(self, nodes_all: IntArray) -> Iterable[tuple[int, IntArray]]:
         cap = self.cap
         if cap.required_depth < 0:
             return [(-1, nodes_all)]
@@ -73,7 +76,7 @@ class Placer:
         ids = ids_all[nodes_all]
         size = int(ids_all.max()) + 1
         bound, raw = cap.domain_capacity(ids, nodes_all, size)
-        present = np.unique(ids)
+        present = np.flatnonzero(np.bincount(ids, minlength=size))
         viable = present[bound[present] >= max(cap.need, 1)]
         if viable.size == 0:
             return []
@@ -95,21 +98,25 @@ class Placer:
             # whose partly used children hold the group just as well keeps its free ones whole
             # for bigger gangs (Slurm's block rule, Kueue's BestFit, FGD).
             empty = self._entirely_free(child_ids_all, csize)
-            partial = np.where(empty, 0, child_bound)
-            breaks = fewest_children(parents, partial, cap.main_units(cap.total), size) > fewest
+            if empty.any():
+                partial = np.where(empty, 0, child_bound)
+                breaks = fewest_children(parents, partial, cap.main_units(cap.total), size) > fewest
         self.fewest = fewest
         # Rank: whole group fits, fewest Preferred children needed, no entirely free child
         # broken, then the tightest (least spare).
         order = np.lexsort((viable, raw[viable], breaks[viable], fewest[viable], ~fits_all))
         chosen = viable[order][:CANDIDATES_PER_LEVEL]
-        return [(int(d), nodes_all[ids == d]) for d in chosen]
+        # Lazily: the first candidate usually ends the search.
+        return ((int(d), nodes_all[ids == d]) for d in chosen)
 
     def _entirely_free(self, child_ids_all: IntArray, csize: int) -> npt.NDArray[np.bool_]:
         """Per child domain: does no pod at all run on any of its nodes?"""
-        busy = np.asarray((self.snap.used[:, 1:] > 0).any(axis=1), dtype=np.float64)
-        known = child_ids_all >= 0  # column 0 of `used` counts pods, the others resources
-        busy_children = np.bincount(child_ids_all[known], weights=busy[known], minlength=csize)[:csize]
-        free: npt.NDArray[np.bool_] = busy_children == 0
+        used = self.snap.used
+        busy = np.zeros(used.shape[0], dtype=bool)
+        for column in range(1, used.shape[1]):  # column 0 of `used` counts pods, the others resources
+            busy |= used[:, column] > 0
+        busy &= child_ids_all >= 0
+        free: npt.NDArray[np.bool_] = np.bincount(child_ids_all[busy], minlength=csize)[:csize] == 0
         return free
 
     # -------------------------------------------------------------- descent
@@ -199,10 +206,10 @@ class Placer:
             take = min(int(raw[child]), remaining)
             parts.append(self.order(child_nodes, pref_index + 1, take))
             remaining -= take
-        rest = np.setdiff1d(np.arange(uniq.size), np.asarray(picked, dtype=np.int64), assume_unique=True)
-        if rest.size:
-            rest_nodes = nodes[np.isin(inverse, rest)]
-            parts.append(self.order_leaves(rest_nodes, 0))
+        rest = np.ones(uniq.size, dtype=bool)
+        rest[picked] = False
+        if rest.any():
+            parts.append(self.order_leaves(nodes[rest[inverse]], 0))
         return np.concatenate(parts) if parts else nodes
 
     def order_leaves(self, nodes: IntArray, target: int) -> IntArray:
@@ -244,7 +251,7 @@ class Placer:
         its nodes in ascending order. Deterministic, so devices verified per pod stay with it."""
         out: list[tuple[Pod, int, int]] = []
         for k, (cls, per_node) in enumerate(zip(self.cap.classes, attempt.counts, strict=True)):
-            pods = iter(sorted(cls.pods, key=lambda p: p.name))
+            pods = iter(sorted(cls.pods, key=_by_name))
             for node, count in sorted(per_node.items()):
                 for _ in range(count):
                     out.append((next(pods), node, k))
@@ -278,6 +285,9 @@ class Placer:
                 break
             label = "/".join(f"{k}={node.labels[k]}" for k in levels[: depth + 1])
         return label
+
+
+_by_name = attrgetter("name")
 
 
 def _better(a: Attempt, b: Attempt) -> bool:

@@ -89,6 +89,17 @@ class Snapshot:
             row[self.columns[resource]] = amount
         return row
 
+    def scale(self) -> IntArray:
+        """Per resource column, the largest allocatable of any node (at least 1): pod sizes are
+        measured against it. Cached per column count (only `vector` adds columns)."""
+        cached: IntArray | None = self.__dict__.get("_scale")
+        if cached is None or cached.shape[0] != self.allocatable.shape[1]:
+            width = self.allocatable.shape[1]
+            columns = [int(self.allocatable[:, j].max()) if len(self.nodes) else 1 for j in range(width)]
+            cached = np.maximum(np.asarray(columns, dtype=np.int64), 1)
+            self.__dict__["_scale"] = cached
+        return cached
+
     def add_usage(self, node: int, request: IntArray) -> None:
         self.used[node, : request.shape[0]] += request
 
@@ -230,13 +241,19 @@ class Snapshot:
 def fit_counts(free: IntArray, request: IntArray, mask: BoolArray | None = None) -> IntArray:
     """How many pods of `request` fit on each row of `free` (0 where masked out)."""
     width = min(free.shape[1], request.shape[0])
-    nonzero = np.flatnonzero(request[:width] > 0)
     if request.shape[0] > width and (request[width:] > 0).any():
         return np.zeros(free.shape[0], dtype=np.int64)
+    nonzero = np.flatnonzero(request[:width] > 0)
     if nonzero.size == 0:
         counts = np.full(free.shape[0], 1 << 30, dtype=np.int64)
     else:
-        counts = (np.maximum(free[:, nonzero], 0) // request[nonzero]).min(axis=1)
+        # Column by column on a transposed copy, dividing by a scalar: about 4x faster than
+        # one (n, k) floor-division and a row-wise min, which numpy does element by element.
+        columns = np.ascontiguousarray(free[:, nonzero].T)
+        counts = columns[0] // int(request[nonzero[0]])
+        for k in range(1, nonzero.size):
+            np.minimum(counts, columns[k] // int(request[nonzero[k]]), out=counts)
+        np.maximum(counts, 0, out=counts)
     if mask is not None:
-        counts = np.where(mask, counts, 0)
+        counts *= mask
     return counts

@@ -22,6 +22,7 @@ from gangsched.model.node import Node, Taint, parse_node
 from gangsched.model.pod import (
     Placement,
     Pod,
+    PodShape,
     SelectorRequirement,
     SelectorTerm,
     Toleration,
@@ -58,6 +59,7 @@ __all__ = [
     "Pod",
     "PodGroup",
     "PodGroupSpec",
+    "PodShape",
     "PriorityClass",
     "PriorityClasses",
     "Reason",

@@ -6,6 +6,7 @@ init containers, overhead); `Placement` is the eligibility signature identical p
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,35 @@ class Placement:
     # None: no required node affinity. Otherwise the terms are ORed.
     affinity: tuple[SelectorTerm, ...] | None = None
     tolerations: tuple[Toleration, ...] = ()
+
+
+class PodShape:
+    """Requests and placement rules: what makes pods interchangeable for the engine.
+
+    Interned (`pod_shape`): equal shapes are one object, so grouping the pods of a 1,000-pod
+    gang into classes hashes and compares by identity instead of sorting and hashing each
+    pod's requests and placement again on every cycle."""
+
+    __slots__ = ("__weakref__", "placement", "requests")
+
+    def __init__(self, requests: tuple[tuple[str, int], ...], placement: Placement) -> None:
+        self.requests = requests
+        self.placement = placement
+
+
+_SHAPES: weakref.WeakValueDictionary[tuple[tuple[tuple[str, int], ...], Placement], PodShape] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def pod_shape(requests: Mapping[str, int], placement: Placement) -> PodShape:
+    """The one `PodShape` of these requests and placement (kept while a pod holds it)."""
+    key = (tuple(sorted(requests.items())), placement)
+    shape = _SHAPES.get(key)
+    if shape is None:
+        shape = PodShape(key[0], placement)
+        _SHAPES[key] = shape
+    return shape
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +189,15 @@ class Pod:
     started: str = ""
     # metadata.labels: which PodDisruptionBudgets select it (preemption orders victims by them).
     labels: Mapping[str, str] = field(default_factory=dict, compare=False)
+    _shape: PodShape | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def shape(self) -> PodShape:
+        """Its requests and placement, interned; computed once (requests and placement are
+        never changed in place: a changed pod is a new `Pod`)."""
+        if self._shape is None:
+            self._shape = pod_shape(self.requests, self.placement)
+        return self._shape
 
     @property
     def key(self) -> tuple[str, str]:
