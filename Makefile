@@ -1,4 +1,4 @@
-# gangsched: `make setup` once, then `make test`. See README.md.
+# gangsched: `make test` (sets the project up on first use, as `make demo`). See README.md.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
@@ -42,8 +42,24 @@ chaos: control-plane ## the fault-injection suite, then a 10-minute randomized s
 	@mkdir -p build
 	$(TESTING_PATH) $(PY) -m gangsched_testing.soak $(or $(CHAOS_ARGS),--minutes 10 --seed 1) --json build/chaos.json
 
-test: lint typecheck ## ruff, mypy and every test
-	$(PY) -m pytest tests -q
+# `make test` sets the project up on first use, as `make demo` does: `make setup` when $(PY) cannot
+# import the test tools (a fresh clone), else `make control-plane` (a no-op once built). The
+# checks run in a new make, which sees the .venv setup may just have created.
+# PYTEST_ARGS="tests/unit/test_cli.py -x" runs part of the suite.
+PYTEST_ARGS ?= tests
+.PHONY: ensure-setup test-run
+
+test: ## ruff, mypy and every test (after `make setup` when it was never run)
+	@$(MAKE) --no-print-directory ensure-setup
+	@$(MAKE) --no-print-directory test-run
+
+test-run: lint typecheck
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+ensure-setup: # .venv and the control plane, whichever is missing
+	@if $(TESTING_PATH) $(PY) -c 'import gangsched, gangsched_testing.devcluster, kopf, pytest, mypy, ruff' 2>/dev/null; \
+	then $(MAKE) --no-print-directory control-plane; \
+	else echo "make: first use, no $(VENV) with gangsched's test tools: make setup"; $(MAKE) --no-print-directory setup; fi
 
 dev-cluster: ## a local control plane in the foreground, for people
 	$(TESTING_PATH) $(PY) -m gangsched_testing.devcluster
