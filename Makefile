@@ -8,7 +8,7 @@ export GANGSCHED_K8S_BIN ?= $(HOME)/.cache/gangsched/k8s-$(K8S_VERSION)/bin
 # pytest finds it through pyproject.toml; bench/ and hack/demo.py put it on sys.path.
 TESTING_PATH := PYTHONPATH=testing$${PYTHONPATH:+:$$PYTHONPATH}
 
-.PHONY: setup control-plane dra-oracle test lint typecheck unit integration chaos dev-cluster demo demo-run bench bench-e2e clean
+.PHONY: setup control-plane dra-oracle bare-binder test lint typecheck unit integration chaos dev-cluster demo demo-run bench bench-e2e clean
 
 setup: ## create .venv with gangsched and its test tools, and build the control plane
 	python3 -m venv $(VENV)
@@ -16,12 +16,16 @@ setup: ## create .venv with gangsched and its test tools, and build the control 
 	$(VENV)/bin/pip install -q -e '.[test]'
 	$(MAKE) control-plane
 
-control-plane: ## build kube-apiserver, kube-scheduler, kube-controller-manager, etcd and dra-oracle once into $(GANGSCHED_K8S_BIN)
+control-plane: ## build kube-apiserver, kube-scheduler, kube-controller-manager, etcd, dra-oracle and bare-binder once into $(GANGSCHED_K8S_BIN)
 	bash hack/build-control-plane.sh
 	bash hack/dra-oracle/build.sh
+	bash hack/bare-binder/build.sh
 
 dra-oracle: ## the Go DRA allocator/CEL oracle for differential tests (hack/dra-oracle/README.md)
 	bash hack/dra-oracle/build.sh
+
+bare-binder: ## bench-e2e's `bare` contestant: binds pods round-robin, no scheduling (hack/bare-binder/README.md)
+	bash hack/bare-binder/build.sh
 
 lint:
 	$(PY) -m ruff check operator testing tests bench hack
@@ -88,7 +92,8 @@ kind-e2e: ## build, install into a fresh kind cluster, run examples/training-job
 bench:
 	$(PY) bench/engine_bench.py
 
-# BENCH_E2E_ARGS="--nodes 100" (or 5000, --repeat 3, --profile DIR, --workload dra or preemption, --help); results in build/bench-e2e
+# BENCH_E2E_ARGS="--nodes 100" (or 5000, --repeat 3, --profile DIR, --workload dra or preemption,
+# --contestants gangsched,native,bare, --help); results in build/bench-e2e
 bench-e2e: control-plane ## gangsched vs kube-scheduler v1.36.3 on one control plane, 1,000 GPU nodes (docs/benchmarks.md)
 	@$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.e2e $(BENCH_E2E_ARGS)

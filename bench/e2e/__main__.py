@@ -1,5 +1,8 @@
 """python -m bench.e2e: gangsched vs kube-scheduler v1.36.3 on one control plane.
 
+A third contestant, `bare` (hack/bare-binder, `make bare-binder`), binds every pod round-robin
+without scheduling: the apiserver's limit, against which the table puts gangsched's pods/s.
+
 Writes <out>/results-<stem>.json, <out>/table-<stem>.md and <out>/bound-<stem>.png, and
 prints the table; <stem> is N<nodes>, or dra-N<nodes> / preemption-N<nodes> with `--workload
 dra` / `--workload preemption`. See
@@ -20,8 +23,15 @@ from typing import Any
 from gangsched_testing import devcluster
 
 from . import metrics, report
-from .harness import Bench, Options
+from .harness import Bench, Options, bare_binder_binary
 from .workload import Flavour, Topology, Workload, generate, generate_preemption, node_domains
+
+CONTESTANTS: dict[str, Flavour] = {
+    "gangsched": "gangsched",
+    "native": "native",
+    "kube-scheduler": "native",
+    "bare": "bare",
+}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -54,10 +64,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--contestants",
         default="gangsched,native",
-        help="comma-separated, run in this order: gangsched, native (default both)",
+        help="comma-separated, run in this order: gangsched, native (or kube-scheduler), bare (the "
+        "round-robin binder of hack/bare-binder: no scheduling, the apiserver's limit; not with "
+        "--workload preemption). Default: gangsched,native",
     )
     p.add_argument("--repeat", type=int, default=1, help="runs per contestant; the order alternates")
-    p.add_argument("--concurrency", type=int, default=64, help="gangsched --concurrency")
+    p.add_argument(
+        "--concurrency", type=int, default=64, help="gangsched --concurrency, and the bare binder's -workers"
+    )
     p.add_argument("--qps", type=int, default=1000, help="kube-scheduler clientConnection.qps")
     p.add_argument("--burst", type=int, default=2000, help="kube-scheduler clientConnection.burst")
     p.add_argument("--load-workers", type=int, default=16, help="threads creating pods")
@@ -92,10 +106,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     contestants: list[Flavour] = []
     for name in args.contestants.split(","):
-        if name not in ("gangsched", "native"):
-            print(f"unknown contestant {name!r}", file=sys.stderr)
+        flavour = CONTESTANTS.get(name.strip())
+        if flavour is None:
+            print(f"unknown contestant {name!r} (gangsched, native or kube-scheduler, bare)", file=sys.stderr)
             return 2
-        contestants.append("gangsched" if name == "gangsched" else "native")
+        contestants.append(flavour)
+    if "bare" in contestants and not (args.retable or args.replot):
+        if args.workload == "preemption":
+            print(
+                "the bare binder never preempts: not a contestant of --workload preemption", file=sys.stderr
+            )
+            return 2
+        if bare_binder_binary() is None:
+            print("no bare-binder binary: run `make bare-binder` (needs Go >= 1.26)", file=sys.stderr)
+            return 2
     if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
         print("matplotlib is missing: pip install -e '.[bench]', or pass --no-plot", file=sys.stderr)
         return 2
@@ -168,6 +192,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 figures.setdefault(flavour, []).append(fig)
                 recordings.setdefault(flavour, rec)
                 every.append(rec)
+                if flavour == "bare":  # placement and correctness do not apply: it schedules nothing
+                    log(
+                        f"bare: {fig.pods_bound}/{fig.pods_created} pods, {fig.pods_per_second:.0f} pods/s, "
+                        f"p50 {fig.gang_latency_p50:.2f}s, p99 {fig.gang_latency_p99:.2f}s, "
+                        f"CPU {fig.cpu_seconds:.1f}s, RSS {fig.peak_rss_mib:.0f} MiB"
+                    )
+                    continue
                 log(
                     f"{flavour}: {fig.pods_bound}/{fig.pods_created} pods, "
                     f"{fig.gangs_placed}/{fig.gangs} gangs, "

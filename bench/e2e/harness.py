@@ -16,6 +16,13 @@ One contestant at a time on the same nodes (see docs/benchmarks.md for why):
    engine on the final state (`oracle`) to count the ones that would have fit;
 5. the namespace is deleted (pods with grace 0), leaving the nodes empty for the next one.
 
+The `bare` contestant (`BareBinder`, hack/bare-binder) schedules nothing: it binds each pod,
+as soon as its informer shows it, to the next node of the pool round-robin, with
+`concurrency` bindings in flight and no client-side rate limit. It gets gangsched's objects
+(PodGroups it never reads) and is measured the same way; its nodes may end over-committed,
+so the stranded-gang oracle does not run for it (`Recording.stranded` stays None) and the
+report shows its placement and correctness rows as n/a. It has no preemption run.
+
 The dra workload (`Workload.kind`): the nodes get the fake driver's ResourceSlices (8 GPU
 devices each, published in parallel before the first run, removed after the last) and the
 driver's DeviceClass; kube-controller-manager's resourceclaim controller, which the control
@@ -96,7 +103,7 @@ _SETTLED_CORES: Final = 0.25
 @dataclass(frozen=True, slots=True)
 class Options:
     pool: str = "bench"
-    concurrency: int = 64  # gangsched --concurrency (in-flight writes)
+    concurrency: int = 64  # gangsched --concurrency (in-flight writes), and the bare binder's workers
     qps: int = 1000  # kube-scheduler clientConnection
     burst: int = 2000
     load_workers: int = 16
@@ -460,6 +467,43 @@ class Gangsched(Contestant):
         raise TimeoutError(f"gangsched not ready after {timeout}s:\n{self.tail()}")
 
 
+def bare_binder_binary(*, environ: Mapping[str, str] | None = None) -> Path | None:
+    """Where hack/bare-binder/build.sh puts the bare binder: $GANGSCHED_K8S_BIN, else the cache
+    directory of the control-plane build; None when it is not there."""
+    env = os.environ if environ is None else environ
+    directory = (
+        Path(env["GANGSCHED_K8S_BIN"]).expanduser()
+        if env.get("GANGSCHED_K8S_BIN")
+        else devcluster.default_bin_dir(environ=env)
+    )
+    path = directory / "bare-binder"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+class BareBinder(Contestant):
+    """hack/bare-binder: every pod of its scheduler name in `namespace` bound to the next node
+    of the pool (round-robin over the node names), `workers` bindings in flight. No scheduling."""
+
+    flavour: Flavour = "bare"
+
+    def __init__(
+        self, cp: devcluster.ControlPlane, *, namespace: str, workers: int, pool: str, out: Path
+    ) -> None:
+        binary = bare_binder_binary()
+        if binary is None:
+            raise RuntimeError("no bare-binder binary: run `make bare-binder` (or `make control-plane`)")
+        self.log_path = out / "bare-binder.log"
+        args = [
+            str(binary),
+            f"-kubeconfig={cp.kubeconfig_path}",
+            f"-scheduler-name={SCHEDULER_NAMES['bare']}",
+            f"-namespace={namespace}",
+            f"-node-selector={POOL_LABEL}={pool}",
+            f"-workers={workers}",
+        ]
+        self.proc = devcluster.spawn(args, log=self.log_path)
+
+
 def native_config(*, kubeconfig: Path, qps: int, burst: int, dra: bool = False) -> dict[str, Any]:
     """kube-scheduler's KubeSchedulerConfiguration: one profile, `native-gang`.
 
@@ -593,7 +637,7 @@ def _name_of(body: bytes) -> str:
 
 
 def _group_path(flavour: Flavour, namespace: str) -> str:
-    api = GANGSCHED_API if flavour == "gangsched" else NATIVE_API
+    api = NATIVE_API if flavour == "native" else GANGSCHED_API  # bare: gangsched's, never read
     return f"/apis/{api}/namespaces/{namespace}/podgroups"
 
 
@@ -678,6 +722,8 @@ class Bench:
 
     def run(self, flavour: Flavour, *, tag: str = "") -> Recording:
         opts, log = self.options, self.options.log
+        if flavour == "bare" and self.preemption:
+            raise ValueError("the bare binder never preempts: it has no run of the preemption workload")
         namespace = f"bench-{flavour}{'-' + tag if tag else ''}-{os.getpid() % 10000}"
         out = self.out / f"{flavour}{'-' + tag if tag else ''}"
         out.mkdir(parents=True, exist_ok=True)
@@ -685,6 +731,10 @@ class Bench:
         contestant: Contestant
         if flavour == "gangsched":
             contestant = Gangsched(self.cp, namespace=namespace, concurrency=opts.concurrency, out=out)
+        elif flavour == "bare":
+            contestant = BareBinder(
+                self.cp, namespace=namespace, workers=opts.concurrency, pool=opts.pool, out=out
+            )
         else:
             contestant = Native(
                 self.cp,
@@ -741,7 +791,9 @@ class Bench:
                 )
             if self.preemption:
                 recording.preemptors = self._preemptors(flavour, namespace)
-            elif opts.oracle:  # (evicted low gangs are not recreated: nothing to strand)
+            # Evicted low gangs are not recreated: nothing to strand. The bare binder's nodes may be
+            # over-committed: no free capacity to offer a gang.
+            elif opts.oracle and flavour != "bare":
                 started = time.monotonic()
                 bound = self._bound(pods_listed)
                 recording.stranded = len(oracle.stranded_gangs(self.workload, pool=opts.pool, bound=bound))
@@ -841,6 +893,9 @@ class Bench:
         directory = self.options.profile_dir
         if directory is None:
             return None
+        if isinstance(contestant, BareBinder):
+            self.options.log("bare: not profiled")
+            return None
         directory.mkdir(parents=True, exist_ok=True)
         if isinstance(contestant, Native):
             go = shutil.which("go")
@@ -864,7 +919,7 @@ class Bench:
         return devcluster.spawn(args, log=out / "py-spy.log")
 
     def _stop_profile(self, profiler: subprocess.Popen[bytes], contestant: Contestant) -> None:
-        if not isinstance(contestant, Native):
+        if isinstance(contestant, Gangsched):
             profiler.send_signal(signal.SIGINT)
         with contextlib.suppress(subprocess.TimeoutExpired):
             profiler.wait(self.options.profile_seconds + 30)

@@ -16,8 +16,9 @@ from typing import Final
 from .metrics import Figures, PreemptionFigures, Recording, bound_curve
 from .workload import Workload
 
-LABELS: Final = {"gangsched": "gangsched", "native": "kube-scheduler v1.36.3"}
-COLOURS: Final = {"gangsched": "tab:blue", "native": "tab:orange"}
+LABELS: Final = {"gangsched": "gangsched", "native": "kube-scheduler v1.36.3", "bare": "bare binder"}
+COLOURS: Final = {"gangsched": "tab:blue", "native": "tab:orange", "bare": "tab:gray"}
+CONTESTANT_ORDER: Final = ("gangsched", "native", "bare")
 # Requests the bench itself makes (creates and its watch), not the scheduler.
 BENCH_REQUESTS: Final = frozenset(
     {"POST pods", "POST podgroups", "LIST pods", "WATCH pods", "POST resourceclaimtemplates"}
@@ -127,6 +128,21 @@ ROWS: Final[Sequence[Row]] = (
     ("ResourceClaims allocated at the end", lambda f: _optional(f.claims_allocated), "", 0, ""),
 )
 DRA_ROWS: Final = frozenset(row[0] for row in ROWS[-3:])
+THROUGHPUT_ROW: Final = ROWS[0][0]
+# The bare binder schedules nothing (round-robin, over-committing nodes, gangs ignored): rows
+# about placement and correctness do not apply to it and read n/a.
+BARE_NA: Final = frozenset(
+    {
+        "Preferred-rack gangs that fit one rack placed in one rack",
+        "extra racks per Preferred-rack gang (mean, above the minimum)",
+        "GPU utilisation at saturation (bound / total)",
+        "gangs placed",
+        "partial gangs ever observed (must be 0)",
+        "Required-domain violations (must be 0)",
+        "gangs left pending that fit the free capacity",
+        *DRA_ROWS,
+    }
+)
 
 
 def _optional(value: int | None) -> float:
@@ -142,17 +158,25 @@ def _stranded(f: Figures) -> float:
 
 
 def table(runs: Mapping[str, Sequence[Figures]]) -> str:
-    """Markdown: one column per contestant (median over repeats), ratio gangsched / kube-scheduler."""
-    names = [n for n in ("gangsched", "native") if n in runs]
+    """Markdown: one column per contestant (median over repeats), ratio gangsched / kube-scheduler;
+    with the bare binder, each scheduler's pods bound per second as a share of the bare binder's."""
+    names = [n for n in CONTESTANT_ORDER if n in runs]
     head = "| metric | " + " | ".join(LABELS[n] for n in names)
     sep = "|---|" + "---:|" * len(names)
-    both = len(names) == 2
+    both = "gangsched" in names and "native" in names
     if both:
         head += " | gangsched / kube-scheduler"
         sep += "---:|"
+    of_bare = [n for n in names if n != "bare"] if "bare" in names else []
+    for n in of_bare:
+        head += f" | {LABELS[n].split()[0]} % of bare"
+        sep += "---:|"
     lines = [head + " |", sep]
     for label, value, unit, digits, better in ROWS:
-        medians = {n: _median([value(f) for f in runs[n]]) for n in names}
+        medians = {
+            n: float("nan") if n == "bare" and label in BARE_NA else _median([value(f) for f in runs[n]])
+            for n in names
+        }
         if label in DRA_ROWS and all(math.isnan(v) for v in medians.values()):
             continue
         cells = [_fmt(medians[n], unit, digits) for n in names]
@@ -162,6 +186,10 @@ def table(runs: Mapping[str, Sequence[Figures]]) -> str:
                 cells.append(f"{g / k:.2f}x ({better} is better)")
             else:
                 cells.append("")
+        for n in of_bare:
+            b = medians["bare"]
+            share = label == THROUGHPUT_ROW and not (math.isnan(medians[n]) or math.isnan(b)) and b != 0
+            cells.append(f"{100 * medians[n] / b:.0f} %" if share else "")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -41,7 +41,9 @@ from gangsched_testing import dra as dra_builders
 from gangsched_testing.builders import pod_group_manifest
 from gangsched_testing.fakenodes import NodeSet, TopologyKeys, TopologyShape, node_manifests
 
-Flavour = Literal["gangsched", "native"]
+# bare: hack/bare-binder, which binds each pod round-robin and schedules nothing; it is fed
+# gangsched's objects (PodGroups it never reads), so the load is the same as gangsched's.
+Flavour = Literal["gangsched", "native", "bare"]
 WorkloadKind = Literal["gpu", "dra", "preemption"]
 Level = Literal["rack", "block"]
 Priority = Literal["low", "high"]
@@ -54,7 +56,11 @@ RACK_KEY: Final = "example.com/rack"
 LEVEL_KEYS: Final[Mapping[Level, str]] = {"rack": RACK_KEY, "block": BLOCK_KEY}
 GANG_LABEL: Final = "bench.gangsched.io/gang"
 POOL_LABEL: Final = "bench.gangsched.io/pool"
-SCHEDULER_NAMES: Final[Mapping[Flavour, str]] = {"gangsched": "gangsched", "native": "native-gang"}
+SCHEDULER_NAMES: Final[Mapping[Flavour, str]] = {
+    "gangsched": "gangsched",
+    "native": "native-gang",
+    "bare": "bare-binder",
+}
 NATIVE_API: Final = "scheduling.k8s.io/v1alpha2"
 GANGSCHED_API: Final = "scheduling.gangsched.io/v1alpha1"
 
@@ -421,8 +427,9 @@ def node_domains(topology: Topology, *, pool: str) -> dict[str, tuple[str, str]]
 def group_manifest(gang: Gang, flavour: Flavour, *, pool: str = "bench") -> Manifest | None:
     """The PodGroup of a multi-pod gang, or None for a single pod.
 
-    gangsched: Required level (if any), then a Preferred rack. Native: only the Required level
-    becomes `schedulingConstraints.topology` (one level, and native has no Preferred mode).
+    gangsched: Required level (if any), then a Preferred rack (bare gets the same, and ignores
+    it). Native: only the Required level becomes `schedulingConstraints.topology` (one level,
+    and native has no Preferred mode).
     A gang of the preemption workload names its PriorityClass and `disruptionMode: PodGroup`
     with both (gangsched's default for gangs; kube-scheduler's default is Pod, which would
     let it evict single members of a gang).
@@ -430,7 +437,7 @@ def group_manifest(gang: Gang, flavour: Flavour, *, pool: str = "bench") -> Mani
     if not gang.is_group:
         return None
     priority_class = None if gang.priority is None else priority_class_name(gang.priority, pool=pool)
-    if flavour == "gangsched":
+    if flavour != "native":
         topology: list[tuple[str, str]] = []
         if gang.required is not None:
             topology.append((LEVEL_KEYS[gang.required], "Required"))
@@ -460,7 +467,7 @@ def pod_manifest(gang: Gang, pod: PodShape, flavour: Flavour, *, pool: str, dra:
         raise ValueError(f"{gang.pod_name(pod)}: the dra workload has one GPU per pod, not {pod.gpus}")
     body = builders.pod_manifest(
         gang.pod_name(pod),
-        gang.name if flavour == "gangsched" and gang.is_group else None,
+        gang.name if flavour != "native" and gang.is_group else None,
         namespace=None,
         cpu=str(pod.cpu),
         memory=f"{pod.memory_gi}Gi",

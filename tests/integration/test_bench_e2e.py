@@ -3,13 +3,16 @@
 24 nodes, a seeded workload needing half the cluster's GPUs, each contestant in turn on the
 session's control plane: gangsched, and kube-scheduler v1.36.3 when the binary was built.
 Every gang fits at once, so every gang must be placed, none may ever be partial, and none
-may break its Required domain.
+may break its Required domain. The bare binder (hack/bare-binder) only has to bind every pod:
+it schedules nothing. Without its binary that test skips, except under CI=true, where it fails.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -21,8 +24,15 @@ if str(REPO) not in sys.path:  # `pytest` without `python -m` does not put the r
     sys.path.insert(0, str(REPO))
 
 from bench.e2e import metrics, report  # noqa: E402
-from bench.e2e.harness import Bench, Options  # noqa: E402
-from bench.e2e.workload import Flavour, Topology, generate, generate_preemption, node_domains  # noqa: E402
+from bench.e2e.harness import Bench, Options, bare_binder_binary  # noqa: E402
+from bench.e2e.workload import (  # noqa: E402
+    GPUS_PER_NODE,
+    Flavour,
+    Topology,
+    generate,
+    generate_preemption,
+    node_domains,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -122,3 +132,44 @@ def test_small_preemption_benchmark_evicts_whole_gangs(
         "| partial victim gangs, some not all members deleted (must be 0) | 0 |"
         in report.preemption_table({"gangsched": figures["gangsched"]})
     )
+
+
+def _need_bare_binder() -> None:
+    """Skip without the bare binder's binary; under CI=true (which builds it) fail instead."""
+    if bare_binder_binary() is not None:
+        return
+    how = "no bare-binder binary: run `make bare-binder` (needs Go >= 1.26) or set GANGSCHED_K8S_BIN"
+    if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
+        pytest.fail(f"CI=true and {how}", pytrace=False)
+    pytest.skip(how)
+
+
+def test_small_benchmark_bare_binder_binds_every_pod(
+    control_plane: devcluster.ControlPlane, tmp_path: Path
+) -> None:
+    """`--contestants bare` on 24 nodes with 1.25x the GPUs asked for: the bare binder binds every
+    pod anyway, round-robin over the pool's nodes (over-committing them), with one write per pod,
+    and the table reads n/a where placement and correctness do not apply."""
+    _need_bare_binder()
+    topology = Topology(nodes=24, rack_size=4, racks_per_block=3)
+    workload = generate(topology, seed=7, oversubscription=1.25)
+    options = Options(
+        pool=f"t{uuid.uuid4().hex[:6]}", quiet=8.0, timeout=60.0, concurrency=8, log=lambda _: None
+    )
+    domains = node_domains(topology, pool=options.pool)
+    with Bench(control_plane, workload, options, tmp_path) as bench:
+        rec = bench.run("bare")
+    fig = metrics.compute(rec, workload, domains, gap=options.gap)
+    where = f"bare: {fig.as_dict()}"
+    assert fig.pods_bound == workload.pods == fig.pods_created, where
+    assert fig.gangs_placed == len(workload.gangs), where
+    assert fig.gpu_utilisation > 1.0, where  # more GPUs bound than the nodes have
+    assert rec.stranded is None, where  # no oracle on over-committed nodes
+    nodes = Counter(e.node for e in rec.events if e.kind == "bound")
+    assert set(nodes) == set(domains), nodes  # round-robin over the pool, and only the pool
+    assert max(nodes.values()) - min(nodes.values()) <= 1, nodes
+    assert report.scheduler_writes(fig) == fig.pods_bound, fig.api_requests  # one binding per pod
+    table = report.table({"bare": [fig]})
+    assert "| partial gangs ever observed (must be 0) | n/a |" in table
+    assert "| GPU utilisation at saturation (bound / total) | n/a |" in table
+    assert GPUS_PER_NODE * len(domains) < workload.gpus
