@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -37,7 +37,20 @@ def main() -> None:
     show_default=True,
     help="Pods with this spec.schedulerName and no nodeName are placed.",
 )
-def simulate(paths: tuple[Path, ...], output: str, scheduler_name: str) -> None:
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also draw the GPUs per topology domain after the placement into this PNG (needs gangsched[plot]).",
+)
+@click.option(
+    "--levels",
+    default=None,
+    help="With --plot: topology label keys, outermost first, comma-separated (default: zone, block, rack).",
+)
+def simulate(
+    paths: tuple[Path, ...], output: str, scheduler_name: str, plot: Path | None, levels: str | None
+) -> None:
     """Plan offline: where would gangsched put the pending pods in PATHS?
 
     PATHS are YAML/JSON files or directories holding Nodes, Pods (bound ones are load),
@@ -61,11 +74,14 @@ def simulate(paths: tuple[Path, ...], output: str, scheduler_name: str) -> None:
                 "pods' PriorityClass)",
                 err=True,
             )
+    keys = _levels_option(levels)
     result = sim.run(inputs, scheduler_name=scheduler_name)
     if output == "json":
         click.echo(json.dumps(sim.to_json(result), indent=2))
     else:
         click.echo(sim.to_text(result))
+    if plot is not None:
+        _draw(sim.occupancy(inputs, result, levels=keys), plot)
 
 
 class SectionedCommand(click.Command):
@@ -324,6 +340,218 @@ def version(output: str) -> None:
     click.echo("Not used:")
     for text in apis.NOT_USED:
         click.echo(f"  {text}")
+
+
+# --------------------------------------------------------------------------- the live cluster
+# `explain` and `top` read the cluster as kubectl does (they are also `kubectl gangsched ...`).
+
+
+def _cluster_options(command: Any) -> Any:
+    command = click.option(
+        "--context", default=None, help="The kubeconfig context to use (default: its current context)."
+    )(command)
+    return click.option(
+        "--kubeconfig",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Default: $KUBECONFIG, else in-cluster, else ~/.kube/config.",
+    )(command)
+
+
+def _connect(kubeconfig: str | None, context: str | None) -> Any:
+    from gangsched.cluster.read import ClusterError, connect
+
+    try:
+        return connect(kubeconfig=kubeconfig, context=context)
+    except ClusterError as exc:
+        _fail(str(exc))
+
+
+def _fail(message: str) -> NoReturn:
+    """A one-line error on stderr, exit 2 (bad input, or no cluster to ask)."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)
+
+
+def _levels_option(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    from gangsched.occupancy import parse_levels
+
+    try:
+        return parse_levels(text)
+    except ValueError as exc:
+        _fail(str(exc))
+
+
+def _draw(occupancy: Any, path: Path) -> None:
+    from gangsched.plot import PlotError, plot_occupancy
+
+    try:
+        plot_occupancy(occupancy, path)
+    except PlotError as exc:
+        _fail(str(exc))
+    click.echo(f"wrote {path}", err=True)
+
+
+@main.command()
+@click.argument("name", metavar="NAMESPACE/NAME")
+@click.option("-n", "--namespace", default=None, help="The PodGroup's namespace, when NAME has none.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
+@click.option(
+    "--scheduler-name",
+    default=DEFAULT_SCHEDULER_NAME,
+    show_default=True,
+    help="The scheduler the pods name (spec.schedulerName).",
+)
+@_cluster_options
+def explain(
+    name: str,
+    namespace: str | None,
+    output: str,
+    scheduler_name: str,
+    kubeconfig: str | None,
+    context: str | None,
+) -> None:
+    """Why does a PodGroup wait, or where did it go?
+
+    Reads the cluster and runs gangsched's engine on it as the scheduler would: the nodes per
+    reason, the domains closest to holding the gang and what limits them, and the smallest
+    change that would make it fit now (fewer pods, Preferred instead of Required, a
+    toleration, preempting lower-priority gangs, waiting for terminating pods).
+
+    Exit 0 when every pod of the group is bound, 1 when it waits, 2 on bad input (a malformed
+    name, no such PodGroup, no cluster to ask).
+    """
+    from gangsched import explain as why
+    from gangsched.cluster.read import ClusterError
+
+    try:
+        ns, pod_group = why.parse_name(name, namespace)
+    except why.BadInputError as exc:
+        _fail(str(exc))
+    api = _connect(kubeconfig, context)
+    try:
+        with api:
+            report = why.explain(api, ns, pod_group, scheduler_name=scheduler_name)
+    except (why.BadInputError, ClusterError) as exc:
+        _fail(str(exc))
+    if output == "json":
+        click.echo(json.dumps(why.to_json(report), indent=2))
+    else:
+        click.echo(why.to_text(report))
+    sys.exit(report.exit_code)
+
+
+@main.command()
+@click.option(
+    "--levels",
+    default=None,
+    help="Topology label keys, outermost first, comma-separated (default: those of "
+    "topology.kubernetes.io/zone, example.com/block, example.com/rack the nodes carry).",
+)
+@click.option(
+    "--resource",
+    default=None,
+    help="Count this resource instead of GPUs (every resource named like a GPU, e.g. nvidia.com/gpu).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format (with --watch: one JSON document per line).",
+)
+@click.option("--watch", "-w", is_flag=True, help="Refresh until Ctrl-C.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=2.0,
+    show_default=True,
+    help="Seconds between refreshes with --watch.",
+)
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also draw it into this PNG (rewritten on every refresh; needs gangsched[plot]).",
+)
+@click.option(
+    "--scheduler-name",
+    default=DEFAULT_SCHEDULER_NAME,
+    show_default=True,
+    help="Pods of this scheduler not yet bound are listed as waiting.",
+)
+@_cluster_options
+def top(
+    levels: str | None,
+    resource: str | None,
+    output: str,
+    watch: bool,
+    interval: float,
+    plot: Path | None,
+    scheduler_name: str,
+    kubeconfig: str | None,
+    context: str | None,
+) -> None:
+    """GPUs used and free per topology domain (zone, block, rack), and which gangs hold them.
+
+    Gangs with pods not yet bound are listed below, with the reason their PodGroup gives.
+    Exit 0, or 2 when the cluster cannot be read.
+    """
+    import time
+
+    from gangsched import occupancy
+    from gangsched.cluster.read import ClusterError, read_cluster
+
+    keys = _levels_option(levels)
+    api = _connect(kubeconfig, context)
+    tty = sys.stdout.isatty()
+    try:
+        with api:
+            while True:
+                try:
+                    cache = read_cluster(api, dra=False)
+                except ClusterError as exc:
+                    _fail(str(exc))
+                pods = cache.pods_for_engine()
+                waiting = occupancy.pending_gangs(
+                    pods,
+                    scheduler_name=scheduler_name,
+                    resource=resource,
+                    statuses={key: cache.last_status(key) for key in cache.pod_groups},
+                )
+                occ = occupancy.build(
+                    list(cache.nodes.values()), pods, levels=keys, resource=resource, waiting=waiting
+                )
+                if output == "json":
+                    click.echo(json.dumps(occupancy.to_json(occ), indent=None if watch else 2))
+                else:
+                    if watch and tty:
+                        click.clear()
+                    click.echo(occupancy.to_text(occ))
+                    if watch:
+                        click.echo(f"\n(every {interval:g}s, Ctrl-C to stop)" if tty else "")
+                if plot is not None:
+                    _draw(occ, plot)
+                if not watch:
+                    return
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        return
+
+
+def plugin_main() -> None:
+    """`kubectl-gangsched`: the same commands as a kubectl plugin (`kubectl gangsched top`)."""
+    main(prog_name="kubectl gangsched")
 
 
 if __name__ == "__main__":  # pragma: no cover

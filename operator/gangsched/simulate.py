@@ -40,6 +40,7 @@ from gangsched.model.dra import (
     parse_resource_claim_template,
     parse_resource_slice,
 )
+from gangsched.occupancy import Occupancy, Waiting, build, waiting_units
 
 # The C loader is ~10x faster on big inputs; fall back when libyaml is absent.
 _YamlLoader: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -304,3 +305,21 @@ def to_text(result: CycleResult) -> str:
     lines.append("")
     lines.append(f"{placed}/{len(rows)} pending pods placed; {len(groups)} pod groups")
     return "\n".join(lines)
+
+
+def occupancy(inputs: Inputs, result: CycleResult, *, levels: Sequence[str] | None = None) -> Occupancy:
+    """GPUs per topology domain once the simulated placements are made (`--plot`): the bound
+    pods and the placed ones, and the groups left unplaced."""
+    placed = {pod.key: node for pod, node, _ in result.pods if node}
+    waiting = [
+        Waiting(
+            name=f"{d.namespace}/{d.name}",
+            pods=len(d.pending),
+            units=waiting_units(d.pending, None),
+            reason=d.reason.value,
+            message=d.message,
+        )
+        for d in sorted(result.decisions, key=lambda d: d.key)
+        if not d.scheduled
+    ]
+    return build(inputs.nodes, inputs.pods, levels=levels, placed=placed, waiting=waiting)

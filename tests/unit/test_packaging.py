@@ -33,6 +33,9 @@ TOOLING_ONLY = ("gangsched_testing", "cryptography")
 """Imported by the test tooling, never by the product."""
 TOOLING_NAMES = ("gangsched_testing", "devcluster", "fakenodes", "open_stream")
 """Names that mark test tooling inside the wheel: file names or identifiers in the sources."""
+OPTIONAL_EXTRAS = ("plot",)
+"""Extras the product may import from, inside a function only (the feature that needs one says
+which extra to install when it is missing): `plot` is matplotlib, for --plot."""
 
 WHY = (
     "test and demo tooling belongs in testing/gangsched_testing, which is never packaged "
@@ -132,6 +135,38 @@ def _imports(path: str, source: str) -> Iterator[str]:
                 yield node.module
 
 
+def _lazy_imports(path: str, source: str) -> set[str]:
+    """The absolute module names `source` imports inside functions (not when it is imported)."""
+    lazy: set[str] = set()
+    for function in ast.walk(ast.parse(source, path)):
+        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import):
+                    lazy.update(alias.name for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    lazy.add(node.module)
+    return lazy
+
+
+@pytest.fixture(scope="module")
+def optional_imports(wheel: Path, names: list[str]) -> frozenset[str]:
+    """Top-level modules of the packages `OPTIONAL_EXTRAS` bring (only they, not their closure)."""
+    [metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
+    with zipfile.ZipFile(wheel) as archive:
+        message = email.message_from_bytes(archive.read(metadata))
+    wanted = set()
+    for text in message.get_all("Requires-Dist") or []:
+        requirement = Requirement(text)
+        marker = requirement.marker
+        if marker is not None and any(marker.evaluate({"extra": extra}) for extra in OPTIONAL_EXTRAS):
+            wanted.add(_normalise(requirement.name))
+    return frozenset(
+        module
+        for module, dists in importlib.metadata.packages_distributions().items()
+        if any(_normalise(d) in wanted for d in dists)
+    )
+
+
 def test_the_wheel_holds_the_product_only(names: list[str], sources: dict[str, str]) -> None:
     missing = [name for name in MUST_SHIP if name not in names]
     assert not missing, f"the wheel lacks {missing}; it holds {sorted(names)}"
@@ -158,11 +193,12 @@ def test_the_wheel_does_not_depend_on_test_tooling_dependencies(declared: list[R
 
 
 def test_product_imports_resolve_within_the_wheel_and_its_dependencies(
-    sources: dict[str, str], allowed_imports: frozenset[str]
+    sources: dict[str, str], allowed_imports: frozenset[str], optional_imports: frozenset[str]
 ) -> None:
     modules = {path.removesuffix(".py").replace("/", ".").removesuffix(".__init__") for path in sources}
     problems = []
     for path, source in sorted(sources.items()):
+        lazy = _lazy_imports(path, source)
         for module in _imports(path, source):
             top = module.split(".")[0]
             if top in TOOLING_ONLY:
@@ -171,6 +207,12 @@ def test_product_imports_resolve_within_the_wheel_and_its_dependencies(
                 # `from gangsched.x import y` may name a module or an attribute of gangsched.x.
                 if module not in modules and module.rpartition(".")[0] not in modules:
                     problems.append(f"{path} imports {module}, which is not in the wheel")
+            elif top in optional_imports and top not in allowed_imports:
+                if module not in lazy:
+                    problems.append(
+                        f"{path} imports {module} (an optional extra's) when it is imported: import it "
+                        "inside the function that needs it, and say which extra to install when it is missing"
+                    )
             elif top not in allowed_imports:
                 problems.append(
                     f"{path} imports {module}, which no dependency in [project] dependencies provides"

@@ -6,7 +6,7 @@ Pure: no I/O, no kopf, no API client. `gangsched simulate` and the operator both
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -23,6 +23,13 @@ from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Res
 from gangsched.model import DEFAULT_SCHEDULER_NAME, Node, Pod, PodGroup, Reason
 from gangsched.model.pdb import DisruptionBudget
 
+# Called with each group right before it is placed, on the cycle's live state: the snapshot
+# (earlier groups' placements counted), the nodes it may not use, the devices and the claims
+# allocated earlier in the cycle. Must not change them (`engine.whatif` forks what it tries).
+BeforePlace = Callable[
+    [GroupRequest, Snapshot, BoolArray | None, DeviceState | None, Mapping[ClaimKey, AllocationResult]], None
+]
+
 
 def schedule_groups(
     snapshot: Snapshot,
@@ -35,6 +42,7 @@ def schedule_groups(
     bound: Sequence[Pod] = (),
     pod_groups: Mapping[Key, PodGroup] | None = None,
     budgets: Sequence[DisruptionBudget] = (),
+    before_place: BeforePlace | None = None,
 ) -> tuple[list[GroupDecision], list[Reservation]]:
     """Decide for every group in queue order, assuming each placement before the next group.
 
@@ -49,7 +57,7 @@ def schedule_groups(
     (`engine.preemption`); its decision then carries the victims, and the domain it will take
     is held for it like a reservation (a nomination). `nominations` are those the loop keeps
     while victims terminate: their owners do not preempt again, and groups behind them may
-    not use their nodes.
+    not use their nodes. `before_place` sees each group's turn (`gangsched explain`).
     """
     decisions: list[GroupDecision] = []
     deciding = {g.key for g in groups}
@@ -59,6 +67,8 @@ def schedule_groups(
     preempting = {r.owner for r in nominations}
     for group in queue_order(groups):
         blocked = blocked_for(snapshot, [*standing, *nominated], order_key(group), group.key)
+        if before_place is not None:
+            before_place(group, snapshot, blocked, devices, allocated_now)
         outcome = place_group(snapshot, group, blocked, devices, allocated_now)
         decisions.append(outcome.decision)
         cap = outcome.capacity
@@ -125,6 +135,7 @@ def schedule_cycle(
     dra: DraObjects | None = None,
     nominations: Sequence[Reservation] = (),
     budgets: Sequence[DisruptionBudget] = (),
+    before_place: BeforePlace | None = None,
 ) -> CycleResult:
     """Group the pending pods of `scheduler_name`, then place every group in queue order.
 
@@ -154,6 +165,7 @@ def schedule_cycle(
         bound=[p for p in pods if p.holds_resources],
         pod_groups={g.key: g for g in pod_groups},
         budgets=budgets,
+        before_place=before_place,
     )
     for decision, request in zip(decisions, queue_order(queue.requests), strict=True):
         decision.is_pod_group = request.is_pod_group

@@ -20,6 +20,7 @@ Required level holds even when empty) is told so first, since waiting will not h
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -49,31 +50,53 @@ _FIXED_REASONS = {
 }
 
 
-def explain(cap: GroupCapacity, placer: Placer) -> str:
-    """Why the group does not fit: per-node reasons for its main shape, and the best domain."""
-    snap = cap.snap
-    n = len(snap.nodes)
-    if not cap.classes:
-        return "no pending pods"
-    main = max(range(len(cap.classes)), key=lambda k: cap.counts[k])
-    cls = cap.classes[main]
+@dataclass(frozen=True, slots=True)
+class NodeReasons:
+    """Per node, for the group's main shape: usable (at least one pod fits now), or why not."""
+
+    total: int
+    eligible: int
+    # Reason text ("Insufficient nvidia.com/gpu", "untolerated taint k=v:NoSchedule") -> nodes.
+    counts: Counter[str]
+    # The eligible nodes (indexes into the snapshot).
+    usable: IntArray
+
+    def ranked(self) -> list[tuple[str, int]]:
+        """Reasons with their node counts, most nodes first."""
+        return sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def node_reasons(cap: GroupCapacity) -> NodeReasons:
+    """Why each node cannot take a pod of the group's main class (the one with the most pods),
+    counted per reason in kube-scheduler's words; vectorised."""
+    n = len(cap.snap.nodes)
+    cls = cap.classes[cap.main]
     reason = cls.eligibility.reason.copy()
     reason[(reason == OK) & cap.missing_label] = MISSING_LABEL
     if cap.blocked is not None:
         reason[(reason == OK) & cap.blocked] = RESERVED
-    insufficient = (reason == OK) & (cap.caps[main] == 0)
+    insufficient = (reason == OK) & (cap.caps[cap.main] == 0)
     reason[insufficient] = INSUFFICIENT
-    counter = _reason_counts(cap, reason, cls)
-    eligible = int(np.count_nonzero(reason == OK))
+    usable = np.flatnonzero(reason == OK)
+    return NodeReasons(n, int(usable.size), _reason_counts(cap, reason, cls), usable)
+
+
+def explain(cap: GroupCapacity, placer: Placer) -> str:
+    """Why the group does not fit: per-node reasons for its main shape, and the best domain."""
+    snap = cap.snap
+    if not cap.classes:
+        return "no pending pods"
+    cls = cap.classes[cap.main]
+    reasons = node_reasons(cap)
     pods = cap.total
-    head = f"{eligible}/{n} nodes eligible for {pods} pod{'s' if pods != 1 else ''}"
-    parts = [f"{count} {text}" for text, count in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))]
+    head = f"{reasons.eligible}/{reasons.total} nodes eligible for {pods} pod{'s' if pods != 1 else ''}"
+    parts = [f"{count} {text}" for text, count in reasons.ranked()]
     message = head + (": " + ", ".join(parts) if parts else "")
     if cap.bound_nodes and cap.required_depth >= 0:
         ids, _ = snap.domains(cap.required_keys)
         if len({int(ids[i]) for i in cap.bound_nodes}) > 1:
             message += "; bound members already span several domains of the Required level"
-    message += "; " + _closest(cap, placer, np.flatnonzero(reason == OK), cls)
+    message += "; " + _closest(cap, placer, reasons.usable, cls)
     never = _never_fit(cap)
     # First, since waiting will not help; the usual explanation follows unchanged.
     return message if never is None else never + "; " + message
@@ -231,3 +254,78 @@ def _bottlenecks(cap: GroupCapacity, nodes: IntArray, cls: PodClass) -> Counter[
     limits = _limiting_columns(cap, nodes, cls)
     columns, counts = np.unique(limits, return_counts=True)
     return Counter({cap.resource_name(int(c)): int(k) for c, k in zip(columns, counts, strict=True)})
+
+
+@dataclass(frozen=True, slots=True)
+class DomainFit:
+    """How much of a group one domain of its innermost Required level holds now."""
+
+    # The level's label key; None for the whole cluster (a group without a Required level).
+    level: str | None
+    # The label values of the Required levels, outermost first (the domain's path).
+    path: tuple[str, ...]
+    fits: int  # pods of the group that fit there now (first-fit along the placer's order)
+    want: int  # pods it must place together
+    nodes: int  # nodes of the domain (those without a Required label are in no domain)
+    usable: int  # of them, nodes where at least one of its pods fits now
+    limited_by: str | None  # the resource that limits most usable nodes of the domain
+
+    @property
+    def name(self) -> str:
+        return "-".join(self.path) if self.path else "cluster"
+
+
+def domain_fits(cap: GroupCapacity, placer: Placer, limit: int = 5) -> list[DomainFit]:
+    """The `limit` domains that come closest to holding the group, closest first; domains
+    holding none of it are left out. Bound members pin the domain: then only that one."""
+    if not cap.classes:
+        return []
+    cls = cap.classes[cap.main]
+    usable = cap.usable_nodes()
+    all_classes = list(range(len(cap.classes)))
+    want = max(cap.need, 1)
+
+    def measure(usable_here: IntArray) -> tuple[int, str | None]:
+        if usable_here.size == 0:
+            return 0, None
+        attempt = greedy(cap, placer.order_leaves(usable_here, cap.main_units(cap.total)), all_classes)
+        limits = _bottlenecks(cap, usable_here, cls)
+        return attempt.placed, (limits.most_common(1)[0][0] if limits else None)
+
+    if cap.required_depth < 0:
+        placed, limited = measure(usable)
+        if placed == 0:
+            return []
+        return [DomainFit(None, (), placed, want, len(cap.snap.nodes), int(usable.size), limited)]
+    ids_all, paths = cap.snap.domains(cap.required_keys)
+    pinned = cap.pinned_domains(ids_all)
+    usable = usable[ids_all[usable] >= 0]
+    if pinned is not None:
+        usable = usable[np.isin(ids_all[usable], np.asarray(sorted(pinned), dtype=np.int64))]
+    if usable.size == 0:
+        return []
+    ids = ids_all[usable]
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    bound, raw = cap.domain_capacity(inverse, usable, uniq.size)
+    # Rank by the vectorised bound, then measure the best few exactly.
+    ranked = np.lexsort((uniq, -raw, -bound))[: max(limit * 2, limit)]
+    out = []
+    for k in ranked:
+        here = usable[inverse == k]
+        placed, limited = measure(here)
+        if placed == 0:
+            continue
+        domain = int(uniq[k])
+        out.append(
+            DomainFit(
+                level=cap.required_keys[-1],
+                path=paths[domain],
+                fits=placed,
+                want=want,
+                nodes=int(np.count_nonzero(ids_all == domain)),
+                usable=int(here.size),
+                limited_by=limited,
+            )
+        )
+    out.sort(key=lambda d: (-d.fits, d.path))
+    return out[:limit]

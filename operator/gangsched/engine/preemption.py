@@ -37,7 +37,7 @@ from gangsched.engine.dra.inventory import DeviceState
 from gangsched.engine.dra.pools import DeviceId
 from gangsched.engine.group import place_group
 from gangsched.engine.snapshot import BoolArray, Snapshot
-from gangsched.engine.types import GroupRequest, Preemption, Unit
+from gangsched.engine.types import GroupDecision, GroupRequest, Preemption, Unit
 from gangsched.model import Pod, PodGroup
 from gangsched.model.pdb import DisruptionBudget
 from gangsched.model.pod import PREEMPT_NEVER
@@ -109,20 +109,17 @@ class _World:
         return [k for k, users in self.claim_users.items() if users and users <= gone]
 
     def fits(self, group: GroupRequest, pods: Sequence[Pod], outside: BoolArray | None) -> bool:
-        snap = copy.copy(self.snapshot)
-        snap.columns = dict(self.snapshot.columns)
-        snap.used = self.snapshot.used.copy()
+        return self.place(group, pods, outside).scheduled
+
+    def place(self, group: GroupRequest, pods: Sequence[Pod], outside: BoolArray | None) -> GroupDecision:
+        """`group` placed on forks of the snapshot and devices without `pods` (and the
+        terminating ones)."""
         gone = [*self.terminating, *pods]
-        for pod in gone:
-            row = snap.index.get(pod.node_name)
-            if row is not None:
-                request = snap.vector(pod.requests)
-                snap.used[row, : request.shape[0]] -= request
+        snap = fork_snapshot(self.snapshot, gone)
         state = None
         if self.devices is not None:
             state = fork_devices(self.devices, self.freed_devices({p.key for p in gone}))
-        outcome = place_group(snap, group, outside, state, dict(self.allocated_now))
-        return outcome.decision.scheduled
+        return place_group(snap, group, outside, state, dict(self.allocated_now)).decision
 
     def freed_devices(self, gone: set[Key]) -> list[DeviceId]:
         if self.devices is None:
@@ -134,6 +131,36 @@ class _World:
             if claim is not None and claim.allocation is not None:
                 out.extend(d.device_id for d in claim.allocation.devices if not d.admin_access)
         return out
+
+
+def place_without(
+    snapshot: Snapshot,
+    group: GroupRequest,
+    gone: Sequence[Pod],
+    *,
+    bound: Sequence[Pod],
+    blocked: BoolArray | None,
+    devices: DeviceState | None,
+    allocated_now: Mapping[ClaimKey, AllocationResult],
+) -> GroupDecision:
+    """Where `group` would go if the bound pods `gone` were gone (their resources free, and
+    the devices of claims only they use), on forks: nothing given is changed."""
+    world = _World(snapshot, devices, allocated_now, claim_users(bound), ())
+    return world.place(group, gone, blocked)
+
+
+def fork_snapshot(snapshot: Snapshot, gone: Sequence[Pod] = ()) -> Snapshot:
+    """`snapshot` with the resources of `gone` (bound pods) free again (a copy: placing a
+    group on it leaves `snapshot` unchanged; the per-node caches are shared)."""
+    snap = copy.copy(snapshot)
+    snap.columns = dict(snapshot.columns)
+    snap.used = snapshot.used.copy()
+    for pod in gone:
+        row = snap.index.get(pod.node_name)
+        if row is not None:
+            request = snap.vector(pod.requests)
+            snap.used[row, : request.shape[0]] -= request
+    return snap
 
 
 def fork_devices(state: DeviceState, freed: Sequence[DeviceId]) -> DeviceState:

@@ -1,0 +1,303 @@
+"""GPUs by topology domain, and which gangs hold them: `gangsched top`, `gangsched simulate
+--plot` and `make demo`'s live view.
+
+An `Occupancy` is built from the model's Nodes and Pods (`build`): per node its GPUs
+(allocatable of every resource named like a GPU, e.g. nvidia.com/gpu, or one resource of the
+user's choice), those bound pods request, and per holder (a PodGroup namespace/name; pods of
+no PodGroup together as `OTHER`). Domains are the paths of the node label values of
+`levels` (outermost first), as the engine forms them: rack r1 of block b0 and rack r1 of
+block b1 are two racks. Gangs still waiting are listed apart (`Waiting`).
+
+Rendered as text (one line per domain, indented per level) and JSON here, as a picture by
+`gangsched.plot`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gangsched.model import Node, Pod
+
+# The topology label keys of the demo and the examples (docs/placement.md), outermost first;
+# `default_levels` keeps those the nodes carry.
+DEFAULT_LEVEL_KEYS = ("topology.kubernetes.io/zone", "example.com/block", "example.com/rack")
+# Pods of no PodGroup, together.
+OTHER = "(other pods)"
+# The shown value of a level label a node lacks.
+MISSING = "-"
+
+
+def is_gpu(resource: str) -> bool:
+    """A resource counted as GPUs: named like one (nvidia.com/gpu, amd.com/gpu, ...), the rule
+    preemption counts GPUs by."""
+    return "gpu" in resource.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUse:
+    name: str
+    path: tuple[str, ...]  # the values of the levels' labels, MISSING where absent
+    total: int
+    used: int
+    holders: Mapping[str, int]  # PodGroup "namespace/name" (or OTHER) -> units
+    # Cordoned or not ready: its free GPUs cannot be used now.
+    unavailable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A gang (or a pod of no PodGroup) with pods not placed."""
+
+    name: str  # namespace/name
+    pods: int
+    units: int  # what its pending pods ask of the resource
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DomainUse:
+    depth: int  # 0 for the outermost level
+    level: str
+    path: tuple[str, ...]
+    nodes: int
+    total: int
+    used: int
+    holders: Mapping[str, int]
+
+    @property
+    def name(self) -> str:
+        return self.path[-1]
+
+
+@dataclass(slots=True)
+class Occupancy:
+    levels: tuple[str, ...]
+    resource: str  # what is counted: "GPUs", or a resource name
+    nodes: list[NodeUse]
+    waiting: list[Waiting] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(n.total for n in self.nodes)
+
+    @property
+    def used(self) -> int:
+        return sum(n.used for n in self.nodes)
+
+    def holders(self) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for node in self.nodes:
+            out.update(node.holders)
+        return out
+
+    def domains(self) -> list[DomainUse]:
+        """Every domain of every level, depth first (a block, then its racks), sorted by path."""
+        by_path: dict[tuple[str, ...], list[NodeUse]] = {}
+        for node in self.nodes:
+            for depth in range(len(self.levels)):
+                by_path.setdefault(node.path[: depth + 1], []).append(node)
+        out = []
+        for path in sorted(by_path):
+            members = by_path[path]
+            holders: Counter[str] = Counter()
+            for node in members:
+                holders.update(node.holders)
+            out.append(
+                DomainUse(
+                    depth=len(path) - 1,
+                    level=self.levels[len(path) - 1],
+                    path=path,
+                    nodes=len(members),
+                    total=sum(n.total for n in members),
+                    used=sum(n.used for n in members),
+                    holders=dict(holders),
+                )
+            )
+        return out
+
+
+def default_levels(nodes: Iterable[Node]) -> tuple[str, ...]:
+    """The keys of `DEFAULT_LEVEL_KEYS` some node carries."""
+    present = {key for node in nodes for key in node.labels}
+    return tuple(key for key in DEFAULT_LEVEL_KEYS if key in present)
+
+
+def parse_levels(text: str) -> tuple[str, ...]:
+    """`--levels key1,key2`: label keys, outermost first."""
+    keys = tuple(k.strip() for k in text.split(",") if k.strip())
+    if len(set(keys)) != len(keys):
+        raise ValueError("--levels: a key is listed twice")
+    return keys
+
+
+def _units(requests: Mapping[str, int], resource: str | None) -> int:
+    """Whole units (GPUs; cores for cpu) of `resource` in milli-unit quantities."""
+    if resource is None:
+        return sum(v for k, v in requests.items() if is_gpu(k)) // 1000
+    return requests.get(resource, 0) // 1000
+
+
+def holder(pod: Pod) -> str:
+    return f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else OTHER
+
+
+def build(
+    nodes: Sequence[Node],
+    pods: Iterable[Pod],
+    *,
+    levels: Sequence[str] | None = None,
+    resource: str | None = None,
+    placed: Mapping[tuple[str, str], str] | None = None,
+    waiting: Sequence[Waiting] = (),
+) -> Occupancy:
+    """What `pods` take of `resource` (None: GPUs) on `nodes`; nodes without any are left out.
+
+    A pod counts when it holds resources (bound, not finished) or when `placed` gives it a
+    node (a simulated placement)."""
+    keys = tuple(levels) if levels is not None else default_levels(nodes)
+    placed = placed or {}
+    use: dict[str, Counter[str]] = {}
+    for pod in pods:
+        where = pod.node_name if pod.holds_resources else placed.get(pod.key)
+        if not where or pod.terminal:
+            continue
+        units = _units(pod.requests, resource)
+        if units:
+            use.setdefault(where, Counter())[holder(pod)] += units
+    out = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        total = _units(node.allocatable, resource)
+        if total <= 0:
+            continue
+        holders = use.get(node.name, Counter())
+        out.append(
+            NodeUse(
+                name=node.name,
+                path=tuple(node.labels.get(k) or MISSING for k in keys),
+                total=total,
+                used=sum(holders.values()),
+                holders=dict(holders),
+                unavailable=node.unschedulable or not node.ready,
+            )
+        )
+    return Occupancy(keys, resource or "GPUs", out, list(waiting))
+
+
+def waiting_units(pods: Iterable[Pod], resource: str | None) -> int:
+    return sum(_units(p.requests, resource) for p in pods)
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def _holders_text(holders: Mapping[str, int]) -> str:
+    ranked = sorted(holders.items(), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{name} {units}" for name, units in ranked) or "-"
+
+
+def to_text(occ: Occupancy, *, waiting: bool = True) -> str:
+    """One line per domain, indented per level; then the waiting gangs."""
+    unit = occ.resource.upper() if occ.resource == "GPUs" else occ.resource
+    where = " > ".join(occ.levels) if occ.levels else "no topology levels"
+    lines = [f"{occ.resource} by {where}: {occ.used}/{occ.total} used on {len(occ.nodes)} nodes"]
+    if not occ.nodes:
+        lines.append("no node offers any" + ("" if occ.resource == "GPUs" else f" {occ.resource}"))
+    elif occ.levels:
+        domains = occ.domains()
+        width = max(5, *(2 * d.depth + len(d.name) for d in domains))
+        uwidth = max(len(unit), *(len(f"{d.used}/{d.total}") for d in domains))
+        lines.append(f"{'DOMAIN':<{width}}  {unit:>{uwidth}}  HELD BY")
+        for d in domains:
+            label = "  " * d.depth + d.name
+            lines.append(f"{label:<{width}}  {f'{d.used}/{d.total}':>{uwidth}}  {_holders_text(d.holders)}")
+    else:
+        lines.append(f"held by: {_holders_text(occ.holders())}")
+    if waiting and occ.waiting:
+        lines.append("")
+        nwidth = max(7, *(len(w.name) for w in occ.waiting))
+        lines.append(f"{'WAITING':<{nwidth}}  {'PODS':>4}  {unit:>{len(unit)}}  WHY")
+        for w in occ.waiting:
+            why = f"{w.reason}: {w.message}" if w.reason and w.message else (w.reason or w.message or "-")
+            lines.append(f"{w.name:<{nwidth}}  {w.pods:>4}  {w.units:>{len(unit)}}  {why}")
+    return "\n".join(lines)
+
+
+def to_json(occ: Occupancy) -> dict[str, Any]:
+    def held(holders: Mapping[str, int]) -> list[dict[str, Any]]:
+        return [
+            {"podGroup": name if name != OTHER else None, "name": name, "used": units}
+            for name, units in sorted(holders.items(), key=lambda kv: (-kv[1], kv[0]))
+        ]
+
+    return {
+        "resource": occ.resource,
+        "levels": list(occ.levels),
+        "used": occ.used,
+        "total": occ.total,
+        "domains": [
+            {
+                "level": d.level,
+                "name": d.name,
+                "path": list(d.path),
+                "nodes": d.nodes,
+                "used": d.used,
+                "total": d.total,
+                "heldBy": held(d.holders),
+            }
+            for d in occ.domains()
+        ],
+        "nodes": [
+            {
+                "name": n.name,
+                "path": list(n.path),
+                "used": n.used,
+                "total": n.total,
+                "heldBy": held(n.holders),
+            }
+            for n in occ.nodes
+        ],
+        "waiting": [
+            {"name": w.name, "pods": w.pods, "units": w.units, "reason": w.reason, "message": w.message}
+            for w in occ.waiting
+        ],
+    }
+
+
+def _condition(status: Mapping[str, Any] | None) -> tuple[str, str]:
+    for cond in (status or {}).get("conditions") or ():
+        if (
+            isinstance(cond, Mapping)
+            and cond.get("type") == "PodGroupScheduled"
+            and cond.get("status") == "False"
+        ):
+            return str(cond.get("reason") or ""), str(cond.get("message") or "")
+    return "", ""
+
+
+def pending_gangs(
+    pods: Iterable[Pod],
+    *,
+    scheduler_name: str,
+    resource: str | None = None,
+    statuses: Mapping[tuple[str, str], Mapping[str, Any] | None] | None = None,
+) -> list[Waiting]:
+    """The groups (and pods of no PodGroup) with pods of `scheduler_name` not bound yet, with
+    the PodGroupScheduled condition their status carries (from `statuses`, by PodGroup key)."""
+    pending: dict[tuple[str, str], list[Pod]] = {}
+    for pod in pods:
+        if pod.scheduler_name != scheduler_name or pod.node_name or pod.terminal or pod.deleting:
+            continue
+        key = (pod.namespace, pod.pod_group or pod.name)
+        pending.setdefault(key, []).append(pod)
+    out = []
+    for key in sorted(pending):
+        members = pending[key]
+        reason, message = _condition((statuses or {}).get(key)) if members[0].pod_group else ("", "")
+        out.append(
+            Waiting(f"{key[0]}/{key[1]}", len(members), waiting_units(members, resource), reason, message)
+        )
+    return out
