@@ -1,9 +1,11 @@
-"""The Kubernetes API versions `gangsched run` speaks, for `gangsched version` (and its readers).
+"""The Kubernetes API versions gangsched speaks, for `gangsched version` (and its readers).
 
-One row per group-version-kind the code reads or writes, with the verbs it uses: the same
-facts as manifests/clusterrole.yaml and manifests/role-leader-election.yaml, which
-tests/unit/test_cli_help.py checks against these rows (a resource granted but not listed here,
-or listed but not granted, fails it).
+One row per group-version-kind-resource the code reads or writes, with the verbs it uses.
+The rows of `gangsched run` are the same facts as manifests/clusterrole.yaml and
+manifests/role-leader-election.yaml, which tests/unit/test_cli_help.py checks against them (a
+resource granted but not listed here, or listed but not granted, fails it): a new watch or
+write is a new RBAC rule and a new row. The looking commands (`explain`, `top`) run with the
+user's own credentials and read a subset of the same, plus what `used_by` names.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class ApiUse:
     resource: str  # the plural (with "/subresource" for subresources), as RBAC names it
     verbs: tuple[str, ...]
     when: str = "always"
+    used_by: str = "run"  # the gangsched command; "run" rows are exactly the manifests' RBAC
 
     @property
     def group(self) -> str:
@@ -72,11 +75,19 @@ USED_APIS: Final[tuple[ApiUse, ...]] = (
         ("create", "get", "update"),
         "with --leader-elect, the default",
     ),
+    ApiUse(
+        "scheduling.k8s.io/v1alpha2",
+        "PodGroup",
+        "podgroups",
+        ("get",),
+        "gangsched explain, when served: a native PodGroup of that name",
+        used_by="explain",
+    ),
 )
 """What the code uses, verb by verb."""
 
 NOT_USED: Final[tuple[str, ...]] = (
-    "scheduling.k8s.io/v1alpha2 PodGroup and Workload (gangsched's own PodGroup mirrors the native one)",
+    "scheduling.k8s.io/v1alpha2 Workload; native PodGroups are not scheduled by `gangsched run`",
     "policy/v1 Eviction (preemption deletes its victims, with a precondition, as kube-scheduler)",
     "events.k8s.io/v1 Event (Events are core/v1)",
 )

@@ -323,6 +323,7 @@ def version(output: str) -> None:
                 "resource": use.resource,
                 "verbs": list(use.verbs),
                 "when": use.when,
+                "usedBy": use.used_by,
             }
             for use in apis.USED_APIS
         ]

@@ -151,5 +151,10 @@ def rbac_rules() -> set[tuple[str, str, str]]:
 
 
 def test_the_api_list_matches_the_rbac_verb_for_verb() -> None:
-    listed = {(use.group, use.resource, verb) for use in apis.USED_APIS for verb in use.verbs}
+    listed = {
+        (use.group, use.resource, verb)
+        for use in apis.USED_APIS
+        if use.used_by == "run"
+        for verb in use.verbs
+    }
     assert listed == rbac_rules()
