@@ -76,15 +76,20 @@ demo: ## the story in under a minute: control plane, 32 GPU nodes, gangsched, fo
 demo-run: # re-read PY: `make setup` may just have created .venv
 	$(PY) hack/demo.py $(DEMO_ARGS)
 
-.PHONY: image kind-e2e
+.PHONY: image image-test image-test-run kind-e2e
 IMAGE ?= gangsched:dev
 
-image: ## the container image $(IMAGE) (needs docker)
-	@command -v docker >/dev/null 2>&1 || { echo "make image: docker not found; install Docker to build $(IMAGE)" >&2; exit 1; }
-	@docker info >/dev/null 2>&1 || { echo "make image: docker is installed but its daemon is not reachable" >&2; exit 1; }
-	docker build -t $(IMAGE) \
-		--build-arg VERSION="$$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)" \
-		--build-arg SOURCE_URL="$$(git remote get-url origin 2>/dev/null)" .
+# PYTHON_IMAGE=... builds on another base; without it, python:3.11-slim, or where that cannot
+# be pulled gangsched-base:bookworm from Debian packages (hack/image-base.sh). docs/install.md.
+image: ## the container image $(IMAGE) (docker; started, or installed as root with apt, when missing)
+	IMAGE=$(IMAGE) bash hack/image.sh
+
+image-test: ## build the image and run it as the Deployment does against the dev control plane: a gang bound, /metrics, /healthz
+	@$(MAKE) --no-print-directory ensure-setup
+	@$(MAKE) --no-print-directory image-test-run
+
+image-test-run:
+	IMAGE=$(IMAGE) PY=$(PY) bash hack/image-test.sh
 
 kind-e2e: ## build, install into a fresh kind cluster, run examples/training-job.yaml, check placement
 	IMAGE=$(IMAGE) bash hack/kind-e2e.sh
