@@ -122,7 +122,8 @@ def assemble(options: RunOptions) -> Operator:
     api.user_agent = f"gangsched/{__version__} ({identity})"
     elector = LeaderElector(api=api, config=options.lease) if options.lease else None
     transport = Transport(
-        api=api,
+        configuration=api.configuration,
+        user_agent=api.user_agent,
         concurrency=options.concurrency,
         fence=elector.write_allowed if elector is not None else None,
         write_timeout=elector.write_timeout if elector is not None else 30.0,
@@ -362,6 +363,7 @@ async def _shutdown(op: Operator, runners: list[web.AppRunner]) -> None:
         await runner.cleanup()
     if op.session is not None:
         await op.session.close()
+    await op.transport.close()
     if op.elector is not None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(op.elector.release(), timeout=5)
@@ -403,14 +405,11 @@ def run(options: RunOptions) -> None:
     kopf.on.login(registry=registry)(_login(op.api))
     host = options.bind_address
     liveness = f"http://{host}:{options.liveness_port}/healthz" if options.liveness_port else None
-    try:
-        kopf.run(
-            registry=registry,
-            clusterwide=True,
-            standalone=True,
-            liveness_endpoint=liveness,
-            # kopf would otherwise look its identity up in /etc/passwd (absent for arbitrary uids).
-            identity=Identity(op.binder.instance),
-        )
-    finally:
-        op.transport.close()
+    kopf.run(
+        registry=registry,
+        clusterwide=True,
+        standalone=True,
+        liveness_endpoint=liveness,
+        # kopf would otherwise look its identity up in /etc/passwd (absent for arbitrary uids).
+        identity=Identity(op.binder.instance),
+    )

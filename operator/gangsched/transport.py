@@ -1,11 +1,14 @@
 """How requests leave the process: bounded concurrency, retries on transient failures.
 
 Every write of the binder and every live read next to the cache go through one `Transport`,
-so `--concurrency` bounds what is in flight against the apiserver as a whole. Requests are
-sent through the blocking `kubernetes` client (`_rawapi.request_json`) on a thread pool, so
-the event loop never blocks. Transient failures (429, 5xx, timeouts, dropped connections)
-are retried with exponential backoff, honouring Retry-After; everything else is raised as
-the client's ApiException for the caller to interpret (a 409 is an answer, not a failure).
+so `--concurrency` bounds what is in flight against the apiserver as a whole. Requests go
+out on the event loop through one aiohttp session (`session.ApiSession.request`) and its
+connection pool: no thread hop per request, no generated-client request building, the body
+serialised once however often it is sent. Transient failures (429, 5xx, timeouts, dropped
+connections) are retried with exponential backoff, honouring Retry-After; the retry machine
+is built only on that slow path. Everything else is raised as the `kubernetes` client's
+ApiException (status, reason, headers, body), so callers interpret answers as they would
+from the generated client (a 409 is an answer, not a failure).
 """
 
 from __future__ import annotations
@@ -13,12 +16,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
-import urllib3
+import aiohttp
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from tenacity import (
@@ -29,19 +30,36 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from gangsched._rawapi import list_items, request_json
+from gangsched.session import Answer, ApiSession
 
 log = logging.getLogger(__name__)
 
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+READ_TIMEOUT_SECONDS = 30.0
+LIST_PAGE = 500
 
 Query = Mapping[str, str | int | bool]
+
+
+class Send(Protocol):
+    """One request out, its answer back (`ApiSession.request`; tests pass a fake)."""
+
+    def __call__(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+        timeout: float = READ_TIMEOUT_SECONDS,
+    ) -> Awaitable[Answer]: ...
 
 
 def transient(exc: BaseException) -> bool:
     if isinstance(exc, ApiException):
         return exc.status in TRANSIENT_STATUS
-    return isinstance(exc, urllib3.exceptions.HTTPError | TimeoutError | ConnectionError)
+    return isinstance(exc, aiohttp.ClientError | TimeoutError | ConnectionError)
 
 
 _backoff = wait_exponential_jitter(multiplier=0.2, max=5.0)
@@ -77,45 +95,90 @@ def error_message(exc: ApiException) -> str:
     return f"{exc.status} {exc.reason}"
 
 
+def api_exception(answer: Answer) -> ApiException:
+    """A non-2xx answer as the client's ApiException (status, reason, headers, body)."""
+    exc = ApiException(status=answer.status, reason=answer.reason)
+    exc.headers = answer.headers
+    exc.body = answer.body.decode("utf-8", "replace")
+    return exc
+
+
+def encode_body(body: Any) -> bytes:
+    """A request body as compact JSON bytes (bytes are taken as already encoded)."""
+    if isinstance(body, bytes):
+        return body
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _query(query: Query | None) -> dict[str, str] | None:
+    if not query:
+        return None
+    return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in query.items()}
+
+
 class Transport:
-    """Sends requests with bounded concurrency; every method is safe to call from the event loop.
+    """Sends requests with bounded concurrency; use it from one event loop.
 
     With a `fence` (leader election), a write is sent only if `fence()` returns None at the
-    moment it is sent (checked in the sending thread, after any queueing), and it waits at
-    most `write_timeout` for the answer; otherwise FencedError, never retried.
+    moment it is sent (after any queueing for a slot), and it waits at most `write_timeout`
+    for the answer; otherwise FencedError, never retried.
     """
 
     def __init__(
         self,
         *,
-        api: client.ApiClient,
+        configuration: client.Configuration | None = None,
+        user_agent: str = "gangsched",
+        send: Send | None = None,
         concurrency: int = 32,
         attempts: int = 5,
         fence: Callable[[], str | None] | None = None,
         write_timeout: float = 30.0,
     ) -> None:
-        self.api = api
+        if configuration is None and send is None:
+            raise ValueError("Transport needs a configuration or a send function")
+        self.configuration = configuration
+        self.user_agent = user_agent
         self.concurrency = concurrency
         self.attempts = attempts
         self.fence = fence
         self.write_timeout = write_timeout
-        self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gangsched-api")
+        self._send = send
+        self._session: ApiSession | None = None
         self._slots = asyncio.Semaphore(concurrency)
 
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+    def _sender(self) -> Send:
+        if self._send is None:
+            assert self.configuration is not None
+            # Created on first use: an aiohttp session belongs to the running event loop.
+            self._session = ApiSession(self.configuration, user_agent=self.user_agent)
+            self._send = self._session.request
+        return self._send
 
-    async def call(self, method: str, path: str, *, delay: float = 0.0, **kwargs: Any) -> Any:
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+            self._send = None
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        delay: float = 0.0,
+        query: Query | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
         """One request with retries on transient failures; raises ApiException otherwise."""
-        loop = asyncio.get_running_loop()
+        data = None if body is None else encode_body(body)
+        params = _query(query)
         async with self._slots:
             if delay:
                 await asyncio.sleep(delay)
-            if method != "GET" and self.fence is not None:
-                kwargs = {**kwargs, "fence": self._check_fence, "timeout": self.write_timeout}
-            send = partial(request_json, self.api, method, path, **kwargs)
             try:  # the common case, without building a retry machine per request
-                return await loop.run_in_executor(self._executor, send)
+                return await self._once(method, path, params, data, content_type)
             except Exception as exc:
                 if not transient(exc) or self.attempts <= 1:
                     raise
@@ -129,8 +192,21 @@ class Transport:
                 reraise=True,
             ):
                 with attempt:
-                    return await loop.run_in_executor(self._executor, send)
+                    return await self._once(method, path, params, data, content_type)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _once(
+        self, method: str, path: str, query: dict[str, str] | None, body: bytes | None, content_type: str
+    ) -> Any:
+        send = self._sender()
+        timeout = READ_TIMEOUT_SECONDS
+        if method != "GET" and self.fence is not None:
+            self._check_fence()  # the last thing before the request leaves
+            timeout = self.write_timeout
+        answer = await send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+        if not 200 <= answer.status <= 299:
+            raise api_exception(answer)
+        return json.loads(answer.body) if answer.body else None
 
     def _check_fence(self) -> None:
         assert self.fence is not None
@@ -139,10 +215,15 @@ class Transport:
             raise FencedError(f"write refused: {reason}")
 
     async def list(self, path: str, *, query: Query | None = None) -> list[Any]:
-        """Every item of a (paginated) LIST, in one slot."""
-        loop = asyncio.get_running_loop()
-        async with self._slots:
-            items: list[Any] = await loop.run_in_executor(
-                self._executor, partial(list_items, self.api, path, query=query)
-            )
-        return items
+        """Every item of a (paginated) LIST, each page in a slot of its own."""
+        items: list[Any] = []
+        token = ""
+        while True:
+            params: dict[str, str | int | bool] = {**(query or {}), "limit": LIST_PAGE}
+            if token:
+                params["continue"] = token
+            answer = await self.call("GET", path, query=params)
+            items.extend(answer.get("items") or [])
+            token = (answer.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 import gangsched.transport as transport_module
 from gangsched.binder import Binder, BindOutcome, binding_body
 from gangsched.model import parse_pod
+from gangsched.session import Answer
 from gangsched.transport import Transport
 
 
@@ -19,15 +20,16 @@ def a_pod() -> Any:
 
 
 def failing(statuses: list[int], calls: list[dict[str, Any]], retry_after: str | None = None) -> Any:
-    def request(api: Any, method: str, path: str, **kwargs: Any) -> Any:
-        calls.append({"method": method, "path": path, **kwargs})
-        if statuses:
-            exc = ApiException(status=statuses.pop(0), reason="x")
-            exc.headers = {"Retry-After": retry_after} if retry_after else {}
-            raise exc
-        return {"kind": "Status", "status": "Success"}
+    """A `Send` answering with `statuses` in turn, then success; it records every request."""
 
-    return request
+    async def send(method: str, path: str, **kwargs: Any) -> Answer:
+        calls.append({"method": method, "path": path, **kwargs, "body": json.loads(kwargs["body"])})
+        if statuses:
+            headers = {"Retry-After": retry_after} if retry_after else {}
+            return Answer(statuses.pop(0), "x", headers, b'{"kind":"Status","message":"x"}')
+        return Answer(201, "Created", {}, b'{"kind":"Status","status":"Success"}')
+
+    return send
 
 
 @pytest.mark.parametrize(
@@ -45,15 +47,14 @@ def test_bind_outcomes(
     monkeypatch: pytest.MonkeyPatch, statuses: list[int], outcome: BindOutcome, attempts: int
 ) -> None:
     calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(transport_module, "request_json", failing(list(statuses), calls))
     monkeypatch.setattr(transport_module, "_backoff", lambda state: 0.0)
 
     async def scenario() -> None:
-        transport = Transport(api=None, concurrency=2)  # type: ignore[arg-type]
+        transport = Transport(send=failing(list(statuses), calls), concurrency=2)
         binder = Binder(transport=transport)
         monkeypatch.setattr(transport_module.asyncio, "sleep", _no_sleep)
         result = await binder.bind(a_pod(), "n1")
-        transport.close()
+        await transport.close()
         assert result.outcome is outcome
         assert len(calls) == attempts
         assert calls[0]["path"] == "/api/v1/namespaces/ml/pods/p/binding"
@@ -74,15 +75,14 @@ async def _no_sleep(delay: float, *args: Any) -> None:
 
 def test_retry_after_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(transport_module, "request_json", failing([429], calls, retry_after="7"))
     slept.clear()
 
     async def scenario() -> None:
-        transport = Transport(api=None)  # type: ignore[arg-type]
+        transport = Transport(send=failing([429], calls, retry_after="7"))
         binder = Binder(transport=transport)
         monkeypatch.setattr(transport_module.asyncio, "sleep", _no_sleep)
         result = await binder.bind(a_pod(), "n1")
-        transport.close()
+        await transport.close()
         assert result.outcome is BindOutcome.BOUND
 
     asyncio.run(scenario())
