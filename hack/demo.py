@@ -55,8 +55,9 @@ try:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
+    from gangsched import occupancy
     from gangsched._rawapi import request_json
-    from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
+    from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION, Node, Pod, parse_node, parse_pod
     from gangsched_testing import devcluster, dra, fakedra, fakenodes
     from gangsched_testing.builders import gang_manifests, pod_group_manifest
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -232,6 +233,8 @@ class PodState:
 class Snapshot:
     groups: Mapping[str, GroupState]
     pods: Sequence[PodState]
+    # The same pods as gangsched's model reads them (for the product's occupancy view).
+    models: Sequence[Pod] = ()
 
     def phase(self, name: str) -> str:
         group = self.groups.get(name)
@@ -277,35 +280,37 @@ def _pod_state(item: Json) -> PodState:
 def read_snapshot(api: client.ApiClient, namespace: str) -> Snapshot:
     groups = request_json(api, "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}")
     pods = request_json(api, "GET", f"/api/v1/namespaces/{namespace}/pods")
+    items = pods.get("items") or []
     return Snapshot(
         groups={g.name: g for g in map(_group_state, groups.get("items") or [])},
-        pods=[_pod_state(p) for p in pods.get("items") or []],
+        pods=[_pod_state(p) for p in items],
+        models=[parse_pod(p) for p in items],
     )
 
 
-def read_places(api: client.ApiClient, label_selector: str) -> dict[str, Place]:
-    """node name -> where it is, for the demo's nodes."""
+def read_nodes(api: client.ApiClient, label_selector: str) -> list[Node]:
+    """The demo's nodes, as gangsched's model reads them."""
     nodes = request_json(api, "GET", "/api/v1/nodes", query={"labelSelector": label_selector})
-    places: dict[str, Place] = {}
-    for node in nodes.get("items") or []:
-        labels = node["metadata"].get("labels") or {}
-        places[node["metadata"]["name"]] = Place(
-            zone=labels.get(LEVEL_KEYS["zone"], "?"),
-            block=labels.get(LEVEL_KEYS["block"], "?"),
-            rack=labels.get(LEVEL_KEYS["rack"], "?"),
+    return [parse_node(node) for node in nodes.get("items") or []]
+
+
+def places_of(nodes: Sequence[Node]) -> dict[str, Place]:
+    """node name -> where it is."""
+    return {
+        node.name: Place(
+            zone=node.labels.get(LEVEL_KEYS["zone"], "?"),
+            block=node.labels.get(LEVEL_KEYS["block"], "?"),
+            rack=node.labels.get(LEVEL_KEYS["rack"], "?"),
         )
-    return places
+        for node in nodes
+    }
 
 
 # --------------------------------------------------------------------------------------------
 # The live view
 
 
-def _short_rack(rack: str, block: str) -> str:
-    return rack.removeprefix(f"{block}-")
-
-
-def render(snap: Snapshot, places: Mapping[str, Place], style: Style) -> list[str]:
+def render(snap: Snapshot, nodes: Sequence[Node], style: Style) -> list[str]:
     """The view as lines; equal lines mean nothing changed."""
     lines: list[str] = []
     header = f"  {'GANG':<10} {'PHASE':<13} {'PODS':>4} {'SCHED':>5} {'RUN':>4} {'DONE':>4}  DOMAIN"
@@ -326,59 +331,14 @@ def render(snap: Snapshot, places: Mapping[str, Place], style: Style) -> list[st
             why = f"{group.condition_reason}: {group.condition_message}"
             lines.append(f"  {'':<10} {style('why it waits:', 'yellow')} {why}")
 
-    # Pods per rack, per gang (only pods bound and not finished: what holds GPUs now).
-    racks: dict[str, set[str]] = {}  # block -> its racks
-    for place in places.values():
-        racks.setdefault(place.block, set()).add(place.rack)
-    per_rack: dict[str, Counter[str]] = {}
-    gpus_used: Counter[str] = Counter()
-    for pod in snap.pods:
-        where = places.get(pod.node)
-        if not pod.active or where is None:
-            continue
-        per_rack.setdefault(where.rack, Counter())[pod.group] += 1
-        gpus_used[where.block] += pod.gpus
-    block_gpus = {
-        block: len([p for p in places.values() if p.block == block]) * GPUS_PER_HOST for block in racks
-    }
-    cells: dict[str, str] = {}
-    width = 6
-    for rack, counts in per_rack.items():
-        cells[rack] = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
-        width = max(width, len(cells[rack]))
+    # GPUs per block and rack and the gangs holding them: `gangsched top`'s view, from the
+    # product (bound, unfinished pods only: what holds GPUs now).
+    occ = occupancy.build(nodes, snap.models, levels=(LEVEL_KEYS["block"], LEVEL_KEYS["rack"]))
+    text = occupancy.to_text(occ, waiting=False).splitlines()
     lines.append("")
-    lines.append(
-        style(
-            f"  {'BLOCK':<12} {'GPUS':>7}  "
-            + "  ".join(f"{name:<{width}}" for name in _rack_columns(racks))
-            + "   (pods per rack, finished pods not shown)",
-            "bold",
-        )
-    )
-    for block in sorted(racks):
-        row_cells = []
-        ordered = sorted(racks[block])
-        for rack in ordered:
-            text = cells.get(rack, "")
-            padded = text or "."
-            if rack != ordered[-1]:  # no trailing blanks: CI logs and diffs stay clean
-                padded = f"{padded:<{width}}"
-            if text and len(per_rack[rack]) == 1:
-                padded = style(padded, GANG_COLOURS.get(next(iter(per_rack[rack])), "bold"))
-            elif not text:
-                padded = style(padded, "dim")
-            row_cells.append(padded)
-        used = f"{gpus_used[block]}/{block_gpus[block]}"
-        lines.append(f"  {block:<12} {used:>7}  " + "  ".join(row_cells))
+    lines.append(style(f"  {text[0]}", "bold"))
+    lines += [f"  {line}" for line in text[1:]]
     return lines
-
-
-def _rack_columns(racks: Mapping[str, set[str]]) -> list[str]:
-    """Column titles: the rack names inside a block (r0, r1, ...), from the first block."""
-    if not racks:
-        return []
-    block = sorted(racks)[0]
-    return [_short_rack(rack, block) for rack in sorted(racks[block])]
 
 
 # --------------------------------------------------------------------------------------------
@@ -427,6 +387,7 @@ class Story:
         out: TextIO,
         style: Style,
         places: Mapping[str, Place],
+        nodes: Sequence[Node],
         pod_node_selector: Mapping[str, str] | None,
         check_alive: Callable[[], None] | None,
     ) -> None:
@@ -436,6 +397,7 @@ class Story:
         self.out = out
         self.style = style
         self.places = places
+        self.nodes = nodes
         self.pod_node_selector = pod_node_selector
         self.check_alive = check_alive
         self.started = time.monotonic()
@@ -443,7 +405,7 @@ class Story:
         self.last_view: list[str] = []
         self.snap = Snapshot(groups={}, pods=[])
         # The DRA chapter shows devices per node instead of pods per rack.
-        self.view: Callable[[Snapshot], list[str]] = lambda snap: render(snap, self.places, self.style)
+        self.view: Callable[[Snapshot], list[str]] = lambda snap: render(snap, self.nodes, self.style)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -552,7 +514,8 @@ def run_story(
     as scripted; `check_alive` is called at every look, to fail fast if the operator died.
     """
     stream = out if out is not None else sys.stdout
-    places = read_places(api, node_label_selector)
+    nodes = read_nodes(api, node_label_selector)
+    places = places_of(nodes)
     if len(places) != SHAPE.size:
         raise StoryError(f"expected {SHAPE.size} demo nodes ({node_label_selector}), found {len(places)}")
     story = Story(
@@ -562,6 +525,7 @@ def run_story(
         out=stream,
         style=style or Style(False),
         places=places,
+        nodes=nodes,
         pod_node_selector=pod_node_selector,
         check_alive=check_alive,
     )
@@ -776,6 +740,7 @@ def run_dra_chapter(
         out=out if out is not None else sys.stdout,
         style=style or Style(False),
         places={},
+        nodes=[],
         pod_node_selector=pod_node_selector,
         check_alive=check_alive,
     )

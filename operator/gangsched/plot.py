@@ -99,7 +99,7 @@ def plot_occupancy(occ: Occupancy, path: Path, *, title: str | None = None) -> N
     labels = len(occ.nodes) <= 400
     for index, (panel, rows) in enumerate(panels):
         ax = axes[index // ncols][index % ncols]
-        _panel(ax, occ, panel, rows, widest, colour, Rectangle, labels)
+        _panel(ax, occ, panel, rows, widest, colour, Rectangle, labels, index % ncols == 0)
     for index in range(len(panels), nrows * ncols):
         axes[index // ncols][index % ncols].axis("off")
     head = title or f"{occ.resource} by {' > '.join(_short(k) for k in occ.levels) or 'node'}"
@@ -121,7 +121,7 @@ def plot_occupancy(occ: Occupancy, path: Path, *, title: str | None = None) -> N
         top=1 - 0.6 / height,
         bottom=0.4 / height,
         hspace=0.6,
-        wspace=0.35,
+        wspace=0.45,
     )
     legend = fig.legend(
         handles=handles, loc="upper left", bbox_to_anchor=(right + 0.01, 1 - 0.6 / height), fontsize=8
@@ -161,6 +161,7 @@ def _panel(
     colour: Mapping[str, Any],
     rectangle: Any,
     labels: bool,
+    first_column: bool,
 ) -> None:
     names = list(rows)
     for y, row in enumerate(names):
@@ -200,5 +201,5 @@ def _panel(
     outer = occ.levels[: len(panel)]
     name = " / ".join(f"{_short(k)} {v}" for k, v in zip(outer, panel, strict=True)) or "cluster"
     ax.set_title(f"{name}  {used}/{total}", fontsize=9)
-    if occ.levels:
+    if occ.levels and first_column:
         ax.set_ylabel(_short(occ.levels[-1]), fontsize=8)
