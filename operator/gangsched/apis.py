@@ -40,6 +40,7 @@ class ApiUse:
 
 
 _DRA: Final = "DRA, when served"
+_NATIVE: Final = f"{_podgroup.NATIVE_GROUP}/{_podgroup.NATIVE_VERSION}"
 
 USED_APIS: Final[tuple[ApiUse, ...]] = (
     ApiUse(
@@ -49,6 +50,10 @@ USED_APIS: Final[tuple[ApiUse, ...]] = (
         ("list", "watch"),
     ),
     ApiUse(f"{_podgroup.GROUP}/{_podgroup.VERSION}", "PodGroup", f"{_podgroup.PLURAL}/status", ("patch",)),
+    ApiUse(
+        _NATIVE, "PodGroup", _podgroup.NATIVE_PLURAL, ("get", "list", "watch"), f"when {_NATIVE} is served"
+    ),
+    ApiUse(_NATIVE, "PodGroup", f"{_podgroup.NATIVE_PLURAL}/status", ("patch",), f"when {_NATIVE} is served"),
     ApiUse("v1", "Pod", "pods", ("get", "list", "watch", "delete")),
     ApiUse("v1", "Pod", "pods/status", ("patch",)),
     ApiUse("v1", "Binding", "pods/binding", ("create",)),
@@ -87,7 +92,7 @@ USED_APIS: Final[tuple[ApiUse, ...]] = (
 """What the code uses, verb by verb."""
 
 NOT_USED: Final[tuple[str, ...]] = (
-    "scheduling.k8s.io/v1alpha2 Workload; native PodGroups are not scheduled by `gangsched run`",
+    "scheduling.k8s.io/v1alpha2 Workload (its controller makes the PodGroups gangsched schedules)",
     "policy/v1 Eviction (preemption deletes its victims, with a precondition, as kube-scheduler)",
     "events.k8s.io/v1 Event (Events are core/v1)",
 )

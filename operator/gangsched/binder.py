@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gangsched._rawapi import MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from gangsched.cluster.devices import claim_path
-from gangsched.model import BOUND_FOR_ANNOTATION, GROUP, PLURAL, VERSION, Pod
+from gangsched.model import BOUND_FOR_ANNOTATION, GROUP, PLURAL, VERSION, Pod, PodGroup, PodGroupApi
 from gangsched.model.text import printable
 from gangsched.transport import Transport, error_message
 
@@ -104,14 +104,26 @@ def pod_ref(pod: Pod) -> dict[str, str]:
     return {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
 
 
-def pod_group_ref(namespace: str, name: str, uid: str) -> dict[str, str]:
+def pod_group_ref(
+    namespace: str, name: str, uid: str, api: PodGroupApi = PodGroupApi.GANGSCHED
+) -> dict[str, str]:
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
+        "apiVersion": api.api_version,
         "kind": "PodGroup",
         "namespace": namespace,
         "name": name,
         "uid": uid,
     }
+
+
+def group_ref(group: PodGroup) -> dict[str, str]:
+    """An Event's involvedObject for `group`, in its own API."""
+    return pod_group_ref(group.namespace, group.name, group.uid, group.api)
+
+
+def native_status_path(namespace: str, name: str) -> str:
+    api = PodGroupApi.NATIVE
+    return f"/apis/{api.api_version}/namespaces/{namespace}/{PLURAL}/{name}/status"
 
 
 class Binder:
@@ -204,13 +216,22 @@ class Binder:
     # ------------------------------------------------------------------ status and events
 
     async def patch_pod_group_status(
-        self, namespace: str, name: str, status: Mapping[str, Any]
+        self, namespace: str, name: str, status: Mapping[str, Any], api: PodGroupApi = PodGroupApi.GANGSCHED
     ) -> str | None:
-        """Merge-patch the status subresource; returns the new resourceVersion (None if the group is gone)."""
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
+        """Patch the status subresource; returns the new resourceVersion (None if the group is gone).
+
+        Ours: a merge patch of our whole status. Native: a strategic merge patch of the
+        conditions given, as kube-scheduler sends it (`PatchPodGroupStatus`): conditions merge
+        by type, so the others (and resourceClaimStatuses, the resourceclaim controller's)
+        are left alone."""
+        if api is PodGroupApi.NATIVE:
+            path, content_type = native_status_path(namespace, name), STRATEGIC_MERGE_PATCH
+        else:
+            path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
+            content_type = MERGE_PATCH
         try:
             result = await self.transport.call(
-                "PATCH", path, body={"status": dict(status)}, content_type=MERGE_PATCH
+                "PATCH", path, body={"status": dict(status)}, content_type=content_type
             )
         except ApiException as exc:
             if exc.status == 404:

@@ -19,7 +19,8 @@ import kopf
 from gangsched.cluster import ClusterCache, Key, LiveReader
 from gangsched.cluster.devices import object_key
 from gangsched.loop import Faults, Scheduler
-from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION, Pod
+from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION, ModelError, Pod, PodGroupApi
+from gangsched.model.pod import pod_group_of
 
 Body = Mapping[str, Any]
 
@@ -35,11 +36,24 @@ def _name(body: Body) -> str:
 
 def _pod_stub(pod: Pod) -> dict[str, Any]:
     """Enough of a pod's body for `pod_gone` (its identity, group and scheduler)."""
-    labels = {POD_GROUP_LABEL: pod.pod_group} if pod.pod_group else {}
+    native = pod.pod_group_api is PodGroupApi.NATIVE
+    labels = {POD_GROUP_LABEL: pod.pod_group} if pod.pod_group and not native else {}
+    spec: dict[str, Any] = {"schedulerName": pod.scheduler_name}
+    if pod.pod_group and native:
+        spec["schedulingGroup"] = {"podGroupName": pod.pod_group}
     return {
         "metadata": {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid, "labels": labels},
-        "spec": {"schedulerName": pod.scheduler_name},
+        "spec": spec,
     }
+
+
+def _group_named(body: Body) -> str | None:
+    """The PodGroup a pod's body names (label or spec.schedulingGroup), None if none or unreadable."""
+    try:
+        group, _ = pod_group_of(body.get("spec") or {}, (body.get("metadata") or {}).get("labels") or {})
+    except ModelError:
+        return None
+    return group
 
 
 class Intake:
@@ -74,7 +88,7 @@ class Intake:
         else:
             self.cache.apply_pod(event_type, body)
         meta = body.get("metadata") or {}
-        group = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
+        group = _group_named(body)
         self.scheduler.wake((meta.get("namespace") or "default", group) if group else None)
 
     async def pods_listed(self, items: Sequence[Body], resource_version: str) -> None:
@@ -101,17 +115,33 @@ class Intake:
 
     # ------------------------------------------------------------------ PodGroups
 
-    async def pod_group(self, event_type: str, body: Body) -> None:
-        key = self.cache.apply_pod_group(event_type, body)
-        if event_type == "DELETED":
-            self.scheduler.forget_group(key)
+    async def pod_group(self, event_type: str, body: Body, api: PodGroupApi = PodGroupApi.GANGSCHED) -> None:
+        key = _key(body)
+        before = self.cache.pod_groups.get(key)
+        self.cache.apply_pod_group(event_type, body, api)
+        after = self.cache.pod_groups.get(key)
+        if before is not None and (after is None or (before.api, before.uid) != (after.api, after.uid)):
+            self.scheduler.forget_group(key)  # deleted, or another group now: start afresh
         self.scheduler.wake(key)
 
-    async def pod_groups_listed(self, items: Sequence[Body], resource_version: str) -> None:
+    async def pod_groups_listed(
+        self, items: Sequence[Body], resource_version: str, api: PodGroupApi = PodGroupApi.GANGSCHED
+    ) -> None:
         for item in items:
-            await self.pod_group("LISTED", item)
-        for key in self.cache.vanished_pod_groups({_key(i) for i in items}, resource_version):
-            await self.pod_group("DELETED", {"metadata": {"namespace": key[0], "name": key[1]}})
+            await self.pod_group("LISTED", item, api)
+        for key in self.cache.vanished_pod_groups({_key(i) for i in items}, resource_version, api):
+            await self.pod_group("DELETED", {"metadata": {"namespace": key[0], "name": key[1]}}, api)
+
+    def native_pod_group_sink(self) -> KindSink:
+        """scheduling.k8s.io/v1alpha2 PodGroups (an informer's), into the same cache and loop."""
+
+        async def on_event(event_type: str, body: Body) -> None:
+            await self.pod_group(event_type, body, PodGroupApi.NATIVE)
+
+        async def on_list(items: Sequence[Body], resource_version: str) -> None:
+            await self.pod_groups_listed(items, resource_version, PodGroupApi.NATIVE)
+
+        return KindSink(on_event, on_list)
 
     # ------------------------------------------------------------------ PriorityClasses
 

@@ -6,7 +6,9 @@ pod on every node. The namespace option limits which PodGroups and pods are sche
 Which kind is watched how: Pods, Nodes and PriorityClasses through informers
 (`cluster.informer`: list+watch that removes what a re-list no longer shows), PodGroups
 through a kopf `on.event` handler plus a reconciling LIST (kopf's re-list never reports what
-vanished). kopf's startup, probe and cleanup handlers are registered here.
+vanished). Kubernetes' own scheduling.k8s.io/v1alpha2 PodGroups, where the API serves them
+(checked once at startup, like DRA), through an informer into the same `Intake`. kopf's
+startup, probe and cleanup handlers are registered here.
 
 Lifecycle: at startup the watches begin (a standby keeps its cache warm but never decides or
 writes); the main task waits for the Lease when leader election is on, then for every watch
@@ -37,13 +39,14 @@ from kubernetes.client.exceptions import ApiException
 from gangsched import __version__
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, LiveReader
+from gangsched.cluster.cache import pod_group_resource
 from gangsched.cluster.devices import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gangsched.cluster.informer import Informer, Reconciler, Resource, WatchHealth
 from gangsched.handlers import Intake, KindSink, register_kopf_handlers
 from gangsched.leader import LeaderElector, LeaseConfig, default_identity
 from gangsched.loop import Scheduler, SchedulerConfig
 from gangsched.metrics import Metrics, serve
-from gangsched.model import GROUP, LIVE_PODS_SELECTOR, PLURAL, VERSION
+from gangsched.model import GROUP, LIVE_PODS_SELECTOR, PLURAL, VERSION, PodGroupApi
 from gangsched.session import ApiSession
 from gangsched.transport import Transport
 
@@ -178,6 +181,16 @@ def _start_watches(op: Operator) -> None:
             )
             for kind in (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS)
         ]
+    if op.cache.native_pod_groups:
+        native = PodGroupApi.NATIVE
+        op.informers.append(
+            Informer(
+                session=session,
+                resource=Resource(pod_group_resource(native), f"/apis/{native.api_version}/{PLURAL}"),
+                sink=intake.native_pod_group_sink(),
+                health=op.health,
+            )
+        )
     pod_groups = Resource(PLURAL, f"/apis/{GROUP}/{VERSION}/{PLURAL}")
     op.reconciler = Reconciler(
         session=session,
@@ -205,6 +218,41 @@ async def _discover_dra(op: Operator) -> None:
     except Exception as exc:
         log.warning("could not tell whether resource.k8s.io/v1 is served (%s); watching it", exc)
     op.cache.devices.enabled = True
+
+
+async def _discover_native_pod_groups(op: Operator) -> None:
+    """Schedule Kubernetes' own PodGroups only where the API serves scheduling.k8s.io/v1alpha2
+    podgroups (alpha in 1.36: --runtime-config and the GenericWorkload gate); elsewhere one
+    line says so and gangsched's PodGroup works as everywhere."""
+    native = PodGroupApi.NATIVE
+    try:
+        found = await op.transport.call("GET", f"/apis/{native.api_version}")
+    except ApiException as exc:
+        if exc.status == 404:
+            log.info(
+                "%s is not served: native PodGroups are not scheduled (gangsched's %s PodGroups are)",
+                native.api_version,
+                PodGroupApi.GANGSCHED.api_version,
+            )
+            return
+        log.warning("could not tell whether %s is served (%s); watching it", native.api_version, exc.status)
+        op.cache.native_pod_groups = True
+        return
+    except Exception as exc:
+        log.warning("could not tell whether %s is served (%s); watching it", native.api_version, exc)
+        op.cache.native_pod_groups = True
+        return
+    resources = {str(r.get("name")) for r in (found or {}).get("resources") or [] if isinstance(r, dict)}
+    if PLURAL not in resources:
+        log.info(
+            "%s is served without podgroups: native PodGroups are not scheduled (gangsched's %s "
+            "PodGroups are)",
+            native.api_version,
+            PodGroupApi.GANGSCHED.api_version,
+        )
+        return
+    op.cache.native_pod_groups = True
+    log.info("%s podgroups are served: native PodGroups are scheduled too", native.api_version)
 
 
 async def _sync_then_reconcile(op: Operator) -> None:
@@ -258,6 +306,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
         _configure(settings)
         op.synced = asyncio.Event()
         await _discover_dra(op)
+        await _discover_native_pod_groups(op)
         _start_watches(op)
         op.tasks.insert(0, asyncio.get_running_loop().create_task(_main(op), name="gangsched main"))
         if op.options.metrics_port:

@@ -1,6 +1,8 @@
 """PodGroup status: phase, the PodGroupScheduled condition and counts, from what we know.
 
-Pure functions, so every phase rule is unit-tested without a cluster.
+gangsched's PodGroup gets the whole status (`build_status`); a native scheduling.k8s.io
+PodGroup only the PodGroupScheduled condition, as kube-scheduler writes it
+(`build_native_status`). Pure functions, so every rule is unit-tested without a cluster.
 """
 
 from __future__ import annotations
@@ -14,6 +16,11 @@ from gangsched.model import DEFAULT_SCHEDULER_NAME, Phase, Pod, PodGroup, Reason
 from gangsched.model.text import printable
 
 CONDITION = "PodGroupScheduled"
+# The reasons kube-scheduler gives the native condition (schedule_one_podgroup.go; only the
+# last two are constants in k8s.io/api scheduling/v1alpha2).
+NATIVE_SCHEDULED = "Scheduled"
+NATIVE_UNSCHEDULABLE = "Unschedulable"
+NATIVE_SCHEDULER_ERROR = "SchedulerError"
 
 
 @dataclass(slots=True, frozen=True)
@@ -151,3 +158,73 @@ def same_status(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> boo
         return out
 
     return strip(a) == strip(b)
+
+
+def _find_condition(status: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    for cond in (status or {}).get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == CONDITION:
+            return cond
+    return None
+
+
+def native_condition(
+    group: PodGroup, counts: Counts, verdict: Verdict, members: Sequence[Pod] = (), scheduler_name: str = ""
+) -> tuple[str, str, str] | None:
+    """(status, reason, message) of a native PodGroup's PodGroupScheduled condition, as
+    kube-scheduler words it: True/Scheduled once at least minCount members are bound,
+    False/Unschedulable with the explanation when an attempt failed (a rollback included),
+    False/SchedulerError for a spec gangsched cannot read. None when there is nothing to say
+    yet: waiting for pods or claims (kube-scheduler's PreEnqueue writes nothing), or binding."""
+    status, reason, message = condition_of(group, counts, verdict, members, scheduler_name)
+    if status == "True":
+        return "True", NATIVE_SCHEDULED, message
+    if group.spec is None:
+        return "False", NATIVE_SCHEDULER_ERROR, message
+    if reason in (Reason.SCHEDULED, Reason.WAITING_FOR_PODS):
+        return None
+    if verdict.reason is not None and verdict.reason.waits_for_objects:
+        return None
+    return "False", NATIVE_UNSCHEDULABLE, message
+
+
+def build_native_status(
+    group: PodGroup,
+    members: Sequence[Pod],
+    verdict: Verdict,
+    *,
+    previous: Mapping[str, Any] | None,
+    now: str,
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+) -> dict[str, Any] | None:
+    """The status patch for a native PodGroup (`{"conditions": [PodGroupScheduled]}`), or None
+    when nothing is to be written, with kube-scheduler's rules (`updatePodGroupCondition` and
+    apimachinery's `SetStatusCondition`): a True condition never goes back to False;
+    `observedGeneration` is the group's generation; `lastTransitionTime` moves only when the
+    status changes; an unchanged condition is not written again."""
+    wanted = native_condition(group, Counts.of(members), verdict, members, scheduler_name)
+    if wanted is None:
+        return None
+    status, reason, message = wanted
+    existing = _find_condition(previous)
+    if existing is not None and existing.get("status") == "True" and status != "True":
+        return None
+    message = printable(message)[:4096]
+    transition = now
+    if existing is not None and existing.get("status") == status:
+        transition = str(existing.get("lastTransitionTime") or now)
+    condition = {
+        "type": CONDITION,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": transition,
+        "observedGeneration": group.generation,
+    }
+    # As the API serves it: an empty message or a zero generation is left out (omitempty;
+    # the apiserver sets no metadata.generation on a PodGroup, so kube-scheduler writes 0).
+    if existing is not None and all(
+        (existing.get(k) or default) == condition[k]
+        for k, default in (("status", ""), ("reason", ""), ("message", ""), ("observedGeneration", 0))
+    ):
+        return None
+    return {"conditions": [condition]}

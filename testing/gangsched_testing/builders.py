@@ -9,6 +9,10 @@ Two layers:
 - the model's parsed objects built from those manifests: :func:`node`,
   :func:`topology_nodes`, :func:`pod`, :func:`pods` and :func:`pod_group`, for engine tests.
 
+Kubernetes' own PodGroup (scheduling.k8s.io/v1alpha2) and its members have their builders
+too: :func:`native_pod_group_manifest`, :func:`native_pod_manifest` (the pod names its group
+in ``spec.schedulingGroup``), :func:`native_gang_manifests` and :func:`native_pod_group`.
+
 An option left at None leaves its field out of the manifest, so a test that needs a field
 absent (no namespace, no Ready condition, no resources) says so with ``=None``. The
 manifest defaults make objects a real kube-apiserver accepts (a container image; GPUs
@@ -28,6 +32,8 @@ from gangsched.model import (
     Node,
     Pod,
     PodGroup,
+    PodGroupApi,
+    parse_native_pod_group,
     parse_node,
     parse_pod,
     parse_pod_group,
@@ -43,6 +49,7 @@ GPU: Final = "nvidia.com/gpu"
 
 IMAGE: Final = "registry.example/train:1"
 POD_GROUP_API_VERSION: Final = f"{GROUP}/{VERSION}"
+NATIVE_POD_GROUP_API_VERSION: Final = PodGroupApi.NATIVE.api_version
 CREATED: Final = "2026-01-01T00:00:00Z"
 """The creationTimestamp of :func:`pod_group`'s objects unless a test orders them otherwise."""
 
@@ -273,6 +280,68 @@ def _level(level: TopologyLevel) -> dict[str, str]:
     return {"key": key, "mode": mode}
 
 
+def native_pod_group_manifest(
+    name: str,
+    min_count: int | None = None,
+    *,
+    namespace: str | None = "ml",
+    topology_key: str | None = None,
+    priority: int | None = None,
+    priority_class: str | None = None,
+    disruption_mode: str | None = None,
+    resource_claims: Sequence[Mapping[str, str]] | None = None,
+    created: str | None = None,
+    uid: str | None = None,
+    generation: int | None = None,
+    resource_version: str | None = None,
+    status: Mapping[str, Any] | None = None,
+) -> Manifest:
+    """A scheduling.k8s.io/v1alpha2 PodGroup: a gang of `min_count`, or basic when None.
+
+    `topology_key` is its one (always Required) topology level; `resource_claims` the
+    entries of spec.resourceClaims as the API spells them."""
+    metadata: Manifest = {"name": name}
+    for field, value in (
+        ("namespace", namespace),
+        ("uid", uid),
+        ("generation", generation),
+        ("resourceVersion", resource_version),
+        ("creationTimestamp", created),
+    ):
+        if value is not None:
+            metadata[field] = value
+    policy = {"gang": {"minCount": min_count}} if min_count is not None else {"basic": {}}
+    body: Manifest = {"schedulingPolicy": policy}
+    if topology_key is not None:
+        body["schedulingConstraints"] = {"topology": [{"key": topology_key}]}
+    if priority is not None:
+        body["priority"] = priority
+    if priority_class is not None:
+        body["priorityClassName"] = priority_class
+    if disruption_mode is not None:
+        body["disruptionMode"] = disruption_mode
+    if resource_claims:
+        body["resourceClaims"] = [dict(c) for c in resource_claims]
+    obj: Manifest = {"apiVersion": NATIVE_POD_GROUP_API_VERSION, "kind": "PodGroup", "metadata": metadata}
+    obj["spec"] = body
+    if status is not None:
+        obj["status"] = dict(status)
+    return obj
+
+
+def native_pod_manifest(name: str, group: str | None = None, **options: Any) -> Manifest:
+    """:func:`pod_manifest` joining the native PodGroup `group` through spec.schedulingGroup."""
+    body = pod_manifest(name, None, **options)
+    if group is not None:
+        body["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return body
+
+
+def native_gang_manifests(group: str, size: int, **options: Any) -> list[Manifest]:
+    """The `size` member pods of native PodGroup `group`, ``<group>-0`` ..."""
+    return [native_pod_manifest(f"{group}-{i}", group, **options) for i in range(size)]
+
+
 # --------------------------------------------------------------------------- parsed objects
 
 
@@ -304,18 +373,37 @@ def pod_group(name: str, min_count: int | None = None, *, created: str = CREATED
     return parse_pod_group(pod_group_manifest(name, min_count or None, created=created, **options))
 
 
+def native_pod_group(
+    name: str, min_count: int | None = None, *, created: str = CREATED, **options: Any
+) -> PodGroup:
+    """:func:`native_pod_group_manifest` created at `created`, parsed."""
+    return parse_native_pod_group(native_pod_group_manifest(name, min_count, created=created, **options))
+
+
+def native_pod(name: str, group: str | None = None, **options: Any) -> Pod:
+    """:func:`native_pod_manifest` without image and GPU limit, parsed."""
+    options = {"image": None, "gpu_limit": False, **options}
+    return parse_pod(native_pod_manifest(name, group, **options))
+
+
 __all__ = [
     "BLOCK",
     "CREATED",
     "GPU",
     "HOST",
     "IMAGE",
+    "NATIVE_POD_GROUP_API_VERSION",
     "POD_GROUP_API_VERSION",
     "RACK",
     "ZONE",
     "Manifest",
     "TopologyLevel",
     "gang_manifests",
+    "native_gang_manifests",
+    "native_pod",
+    "native_pod_group",
+    "native_pod_group_manifest",
+    "native_pod_manifest",
     "node",
     "node_manifest",
     "pod",

@@ -7,6 +7,12 @@ twice (once assumed, once observed). `GroupWrites` records, per group, the resou
 our writes returned and the bindings not yet seen; a group is decided again only once the
 cache has caught up with them (KEP-5647), see `ClusterCache.caught_up`.
 
+PodGroups come from two APIs (gangsched's CRD and scheduling.k8s.io/v1alpha2), held apart
+by API. `pod_groups` is the one group per namespace/name the scheduler works on: when both
+APIs have a PodGroup of one name, gangsched's own wins and the native one is `shadowed` (the
+loop tells it with a Warning Event); a pod belongs to a group only when it names the group's
+API (`group_of`), so the two are never mixed.
+
 The cache's state is private: other modules read and change it only through its methods.
 """
 
@@ -26,7 +32,9 @@ from gangsched.model import (
     Node,
     Pod,
     PodGroup,
+    PodGroupApi,
     PriorityClasses,
+    parse_native_pod_group,
     parse_node,
     parse_pod,
     parse_pod_group,
@@ -38,6 +46,12 @@ Key = tuple[str, str]
 
 
 _POD_GROUP_META = ("name", "namespace", "uid", "generation", "resourceVersion", "creationTimestamp")
+_GROUP_PARSERS = {PodGroupApi.GANGSCHED: parse_pod_group, PodGroupApi.NATIVE: parse_native_pod_group}
+
+
+def pod_group_resource(api: PodGroupApi) -> str:
+    """The name `observed_rv` and the informers know a PodGroup API's collection by."""
+    return "podgroups" if api is PodGroupApi.GANGSCHED else api.resource
 
 
 def _scheduling_view(pod: Pod) -> tuple[object, ...]:
@@ -50,6 +64,7 @@ def _scheduling_view(pod: Pod) -> tuple[object, ...]:
         pod.scheduling_gated,
         pod.scheduler_name,
         pod.pod_group,
+        pod.pod_group_api,
         pod.priority,
         tuple(sorted(pod.requests.items())),
         pod.placement,
@@ -85,6 +100,8 @@ class GroupWrites:
     """resourceVersions returned by our writes for one group, per resource."""
 
     pod_group_rv: int | None = None
+    # The collection that version belongs to (`pod_group_resource`).
+    pod_group_resource: str = "podgroups"
     # Pods we bound for this group whose binding the watch has not shown yet.
     pending_binds: set[Key] = field(default_factory=set)
     # ResourceClaims we wrote for this group -> the resourceVersion our last write returned
@@ -98,12 +115,18 @@ class ClusterCache:
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.nodes: dict[str, Node] = {}
         self.pods: dict[Key, Pod] = {}
+        # One PodGroup per namespace/name: gangsched's, else the native one (see the module doc).
         self.pod_groups: dict[Key, PodGroup] = {}
+        # Native PodGroups hidden by a gangsched PodGroup of the same namespace/name.
+        self.shadowed: dict[Key, PodGroup] = {}
+        # Whether the API serves scheduling.k8s.io/v1alpha2 PodGroups (checked at startup).
+        self.native_pod_groups = False
+        self._groups: dict[tuple[PodGroupApi, Key], PodGroup] = {}
         self.priority_classes = PriorityClasses()
         self.devices = DeviceCache()
         # PodDisruptionBudgets: they only order preemption victims.
         self.budgets: dict[Key, DisruptionBudget] = {}
-        self._raw_pod_groups: dict[Key, Mapping[str, Any]] = {}
+        self._raw_pod_groups: dict[tuple[PodGroupApi, Key], Mapping[str, Any]] = {}
         self._assumed: dict[Key, Assumed] = {}
         self._writes: dict[Key, GroupWrites] = {}
         # Highest resourceVersion seen per resource ("pods", "podgroups", ...).
@@ -201,29 +224,68 @@ class ClusterCache:
             self.nodes.pop(name, None)
             self.invalid[("Node", "", name)] = str(exc)
 
-    def apply_pod_group(self, event_type: str | None, body: Mapping[str, Any]) -> Key:
+    def apply_pod_group(
+        self, event_type: str | None, body: Mapping[str, Any], api: PodGroupApi = PodGroupApi.GANGSCHED
+    ) -> Key:
+        """Apply one PodGroup event of `api` (a LIST item carries no apiVersion to tell)."""
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
-        self._observe("podgroups", body)
-        old = self.pod_groups.get(key)
+        self._observe(pod_group_resource(api), body)
+        old = self._groups.get((api, key))
         if event_type != "DELETED" and old is not None and _older(body, old.resource_version):
             return key  # a LIST taken before our last status write came back: keep the newer
-        if event_type == "DELETED" or old is None or old.generation != int(meta.get("generation") or 0):
-            self.generation += 1  # our own status writes are not a change to react to
         if event_type == "DELETED":
+            self._groups.pop((api, key), None)
+            self._raw_pod_groups.pop((api, key), None)
+        else:
+            self._groups[(api, key)] = _GROUP_PARSERS[api](body, priorities=self.priority_classes)
+            # A projection, not the body (managedFields alone can be kilobytes): what re-parsing
+            # after a PriorityClass change and the last written status need.
+            self._raw_pod_groups[(api, key)] = {
+                "metadata": {k: meta[k] for k in _POD_GROUP_META if k in meta},
+                "spec": body.get("spec") or {},
+                "status": body.get("status") or {},
+            }
+        self._resolve(key)
+        return key
+
+    def _resolve(self, key: Key) -> None:
+        """Which PodGroup of namespace/name the scheduler works on (gangsched's wins a clash)."""
+        ours = self._groups.get((PodGroupApi.GANGSCHED, key))
+        native = self._groups.get((PodGroupApi.NATIVE, key))
+        old = self.pod_groups.get(key)
+        new = ours or native
+        if new is None:
             self.pod_groups.pop(key, None)
-            self._raw_pod_groups.pop(key, None)
-            self._writes.pop(key, None)
-            return key
-        self.pod_groups[key] = parse_pod_group(body, priorities=self.priority_classes)
-        # A projection, not the body (managedFields alone can be kilobytes): what re-parsing
-        # after a PriorityClass change and the last written status need.
-        meta = body.get("metadata") or {}
-        self._raw_pod_groups[key] = {
-            "metadata": {k: meta[k] for k in _POD_GROUP_META if k in meta},
-            "spec": body.get("spec") or {},
-            "status": body.get("status") or {},
-        }
+        else:
+            self.pod_groups[key] = new
+        if ours is not None and native is not None:
+            self.shadowed[key] = native
+        else:
+            self.shadowed.pop(key, None)
+        same = (
+            old is not None
+            and new is not None
+            and (old.api, old.uid, old.generation) == (new.api, new.uid, new.generation)
+        )
+        if not same:
+            self.generation += 1  # our own status writes are not a change to react to
+        if old is not None and (new is None or (old.api, old.uid) != (new.api, new.uid)):
+            self._writes.pop(key, None)  # the writes of a group that is no longer the one
+
+    def pod_group_of(self, key: Key, api: PodGroupApi) -> PodGroup | None:
+        """The PodGroup namespace/name of `api`, whether it is the one scheduled or shadowed."""
+        return self._groups.get((api, key))
+
+    def group_of(self, pod: Pod) -> Key | None:
+        """The key of the PodGroup `pod` belongs to (whether or not it exists yet); None for a
+        pod alone, or one naming a group of the other API than the PodGroup of that name."""
+        if pod.pod_group is None:
+            return None
+        key = (pod.namespace, pod.pod_group)
+        group = self.pod_groups.get(key)
+        if group is not None and group.api != pod.pod_group_api:
+            return None
         return key
 
     def apply_priority_class(self, event_type: str | None, body: Mapping[str, Any]) -> None:
@@ -243,8 +305,9 @@ class ClusterCache:
         except ModelError:
             self.priority_classes.remove(name)
         # Groups that name this class may resolve now (or no longer).
-        for key, raw in list(self._raw_pod_groups.items()):
-            self.pod_groups[key] = parse_pod_group(raw, priorities=self.priority_classes)
+        for (api, key), raw in list(self._raw_pod_groups.items()):
+            self._groups[(api, key)] = _GROUP_PARSERS[api](raw, priorities=self.priority_classes)
+            self._resolve(key)
 
     def apply_budget(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
@@ -292,11 +355,13 @@ class ClusterCache:
             if name not in listed and _not_newer(self._node_rv.get(name, ""), list_rv)
         ]
 
-    def vanished_pod_groups(self, listed: set[Key], list_rv: str) -> list[Key]:
+    def vanished_pod_groups(
+        self, listed: set[Key], list_rv: str, api: PodGroupApi = PodGroupApi.GANGSCHED
+    ) -> list[Key]:
         return [
             key
-            for key, group in self.pod_groups.items()
-            if key not in listed and _not_newer(group.resource_version, list_rv)
+            for (of, key), group in self._groups.items()
+            if of is api and key not in listed and _not_newer(group.resource_version, list_rv)
         ]
 
     def vanished_priority_classes(self, listed: set[str], list_rv: str) -> list[str]:
@@ -373,6 +438,8 @@ class ClusterCache:
         rv = parse_rv(resource_version)
         writes = self._writes.setdefault(group, GroupWrites())
         writes.pod_group_rv = rv if rv is not None else -1
+        current = self.pod_groups.get(group)
+        writes.pod_group_resource = pod_group_resource(current.api if current else PodGroupApi.GANGSCHED)
 
     def caught_up(self, group: Key) -> bool | None:
         """Has the cache seen every write we made for `group`?
@@ -389,7 +456,7 @@ class ClusterCache:
         if writes.pod_group_rv is not None:
             if writes.pod_group_rv < 0:
                 return None
-            if self.observed_rv.get("podgroups", 0) < writes.pod_group_rv:
+            if self.observed_rv.get(writes.pod_group_resource, 0) < writes.pod_group_rv:
                 return False
             writes.pod_group_rv = None
         for claim, rv in list(writes.claim_rvs.items()):
@@ -424,23 +491,33 @@ class ClusterCache:
         return {
             "nodes": digest(list(self.nodes)),
             "pods": digest([f"{ns}/{name}" for (ns, name), pod in self.pods.items() if not pod.terminal]),
-            "podgroups": digest([f"{ns}/{name}" for ns, name in self.pod_groups]),
+            "podgroups": digest(self._group_names(PodGroupApi.GANGSCHED)),
             "priorityclasses": digest(list(self._priority_class_rv)),
+            PodGroupApi.NATIVE.resource: digest(self._group_names(PodGroupApi.NATIVE)),
             "assumed": {"count": len(self._assumed)},
             "dra": dict(self.devices.counts()),
         }
 
+    def _group_names(self, api: PodGroupApi) -> list[str]:
+        return [f"{ns}/{name}" for of, (ns, name) in self._groups if of is api]
+
     def last_status(self, group: Key) -> Mapping[str, Any] | None:
         """The PodGroup's status as the watch last showed it (None when it has none)."""
-        raw = self._raw_pod_groups.get(group) or {}
+        current = self.pod_groups.get(group)
+        raw = self._raw_pod_groups.get((current.api, group)) if current is not None else None
+        raw = raw or {}
         status: Mapping[str, Any] | None = raw.get("status") or None
         return status
 
     def members(self, group: Key, *, assumed: bool = False) -> list[Pod]:
-        """The pods labelled for `group` (with assumed bindings applied when `assumed`)."""
+        """The pods that name `group` (with assumed bindings applied when `assumed`): through
+        the API of the PodGroup of that name when it exists, else through either."""
+        current = self.pod_groups.get(group)
         out = []
         for key in self._by_group.get(group, ()):
             pod = self.pods[key]
+            if current is not None and pod.pod_group_api != current.api:
+                continue
             if assumed:
                 guess = self._assumed.get(key)
                 if guess is not None and not pod.node_name and pod.uid == guess.uid:

@@ -19,14 +19,24 @@ from kubernetes.client.exceptions import ApiException
 
 from gangsched.cluster.cache import ClusterCache, Key
 from gangsched.cluster.devices import RESOURCE_CLAIMS, claim_path
-from gangsched.model import POD_GROUP_LABEL, TERMINAL_PHASES
-from gangsched.transport import Query, Transport
+from gangsched.model import POD_GROUP_LABEL, TERMINAL_PHASES, ModelError
+from gangsched.model.pod import pod_group_of
+from gangsched.transport import Transport
 
 log = logging.getLogger(__name__)
 
 
 def _deleted(key: Key) -> dict[str, Any]:
     return {"metadata": {"namespace": key[0], "name": key[1]}}
+
+
+def _is_member(body: Mapping[str, Any]) -> bool:
+    """Does the pod name a PodGroup (gangsched's label or spec.schedulingGroup)?"""
+    try:
+        group, _ = pod_group_of(body.get("spec") or {}, (body.get("metadata") or {}).get("labels") or {})
+    except ModelError:
+        return False
+    return group is not None
 
 
 class LiveReader:
@@ -83,14 +93,20 @@ class LiveReader:
         return result
 
     async def finished_members(self) -> list[Mapping[str, Any]]:
-        """Finished pods of our PodGroups (the pod watch does not carry finished pods)."""
+        """Finished pods of our PodGroups (the pod watch does not carry finished pods).
+
+        Members of native PodGroups name theirs in spec.schedulingGroup, which no selector
+        reaches: where that API is served, our finished pods are listed without the label
+        selector and the members kept."""
         out: list[Mapping[str, Any]] = []
         for phase in sorted(TERMINAL_PHASES):
-            query: Query = {
-                "fieldSelector": f"spec.schedulerName={self.scheduler_name},status.phase={phase}",
-                "labelSelector": POD_GROUP_LABEL,
+            query: dict[str, str] = {
+                "fieldSelector": f"spec.schedulerName={self.scheduler_name},status.phase={phase}"
             }
-            out += await self.transport.list("/api/v1/pods", query=query)
+            if not self.cache.native_pod_groups:
+                query["labelSelector"] = POD_GROUP_LABEL
+            items = await self.transport.list("/api/v1/pods", query=query)
+            out += [item for item in items if _is_member(item)]
         return out
 
     async def refresh_pod(self, key: Key) -> None:
@@ -123,7 +139,7 @@ class LiveReader:
         """
         meta = body.get("metadata") or {}
         spec = body.get("spec") or {}
-        if spec.get("schedulerName") == self.scheduler_name and POD_GROUP_LABEL in (meta.get("labels") or {}):
+        if spec.get("schedulerName") == self.scheduler_name and _is_member(body):
             try:
                 live = await self.read_pod(str(meta.get("namespace") or "default"), str(meta.get("name")))
             except Exception as exc:

@@ -16,7 +16,7 @@ from gangsched.engine.dra.extended import delegate
 from gangsched.engine.dra.inventory import DeviceState, DraObjects
 from gangsched.engine.group import place_group
 from gangsched.engine.preemption import find_preemption
-from gangsched.engine.queue import Key, build_queue, order_key, queue_order
+from gangsched.engine.queue import Key, belongs, build_queue, order_key, queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, reservation_nodes
 from gangsched.engine.snapshot import BoolArray, Snapshot
 from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Reservation
@@ -148,6 +148,7 @@ def schedule_cycle(
         pods, dra = delegate(pods, dra, nodes)  # KEP-5004: extended resources served by devices
     snapshot = Snapshot(nodes, (p for p in pods if p.holds_resources))
     devices = DeviceState(dra, snapshot.nodes, snapshot.index) if dra is not None and not dra.empty else None
+    groups_by_key = {g.key: g for g in pod_groups}
     queue = build_queue(
         pods,
         pod_groups,
@@ -163,7 +164,7 @@ def schedule_cycle(
         devices=devices,
         nominations=nominations,
         bound=[p for p in pods if p.holds_resources],
-        pod_groups={g.key: g for g in pod_groups},
+        pod_groups=groups_by_key,
         budgets=budgets,
         before_place=before_place,
     )
@@ -173,7 +174,7 @@ def schedule_cycle(
     by_key = {(d.namespace, d.name, d.is_pod_group): d for d in all_decisions}
     pod_rows: list[tuple[Pod, str | None, GroupDecision]] = []
     for pod in queue.pending:
-        if pod.pod_group is None:
+        if pod.pod_group is None or not belongs(pod, groups_by_key.get((pod.namespace, pod.pod_group))):
             decision = by_key[(pod.namespace, pod.name, False)]
         else:
             decision = by_key[(pod.namespace, pod.pod_group, True)]

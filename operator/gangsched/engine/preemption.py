@@ -73,6 +73,8 @@ def victim_units(bound: Sequence[Pod], groups: Mapping[Key, PodGroup]) -> list[U
         if not pod.holds_resources:
             continue
         group = groups.get((pod.namespace, pod.pod_group)) if pod.pod_group else None
+        if group is not None and group.api != pod.pod_group_api:
+            group = None  # it names the other API's PodGroup of that name: a pod alone
         if _gang_disrupted_whole(group):
             members.setdefault((pod.namespace, str(pod.pod_group)), []).append(pod)
         else:

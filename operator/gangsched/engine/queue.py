@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gangsched.engine.types import GroupDecision, GroupRequest
-from gangsched.model import Pod, PodGroup, Reason
+from gangsched.model import Pod, PodGroup, PodGroupApi, Reason
 from gangsched.model.text import quoted
 
 Key = tuple[str, str]
@@ -55,6 +55,29 @@ class Queue:
     pending: list[Pod] = field(default_factory=list)
 
 
+def belongs(pod: Pod, group: PodGroup | None) -> bool:
+    """Does `pod` (which names a PodGroup) belong to `group`, the PodGroup of that name (None
+    when there is none yet)? Only through the group's own API: a pod naming a native PodGroup
+    is never a member of gangsched's PodGroup of the same name, nor the other way round."""
+    return group is None or group.api == pod.pod_group_api
+
+
+def foreign_message(pod: Pod, group: PodGroup) -> str:
+    """Why a pod that names a PodGroup of one API waits when the PodGroup of that name is of
+    the other (`belongs` is False)."""
+    where = f"{pod.namespace}/{pod.pod_group}"
+    if pod.pod_group_api is PodGroupApi.NATIVE:
+        return (
+            f"its {PodGroupApi.NATIVE.api_version} PodGroup {where} has the name of a "
+            f"{group.api.api_version} PodGroup, which gangsched schedules instead: rename one of them"
+        )
+    return (
+        f"PodGroup {where} ({PodGroupApi.GANGSCHED.api_version}) not found; a "
+        f"{group.api.api_version} PodGroup of that name exists, whose pods join it with "
+        "spec.schedulingGroup.podGroupName, not the label"
+    )
+
+
 def build_queue(
     pods: Sequence[Pod],
     pod_groups: Sequence[PodGroup],
@@ -63,18 +86,24 @@ def build_queue(
     waiting_seconds: Mapping[Key, float],
     exclude_pods: frozenset[Key],
 ) -> Queue:
-    """Group the pending pods of `scheduler_name`: by PodGroup label, else one pod a group."""
+    """Group the pending pods of `scheduler_name`: by the PodGroup they name (gangsched's label
+    or Kubernetes' spec.schedulingGroup), else one pod a group. A pod naming a PodGroup of the
+    other API than the PodGroup of that name waits alone (`foreign_message`)."""
     groups_by_key = {g.key: g for g in pod_groups}
     members: dict[Key, list[Pod]] = {}
     scheduler_names: dict[Key, set[str]] = {}
+    foreign: set[Key] = set()
     queue = Queue()
     for pod in pods:
         if pod.pod_group is not None:
             key = (pod.namespace, pod.pod_group)
-            if not pod.terminal:
-                scheduler_names.setdefault(key, set()).add(pod.scheduler_name)
-            if pod.scheduler_name == scheduler_name:
-                members.setdefault(key, []).append(pod)
+            if not belongs(pod, groups_by_key.get(key)):
+                foreign.add(pod.key)
+            else:
+                if not pod.terminal:
+                    scheduler_names.setdefault(key, set()).add(pod.scheduler_name)
+                if pod.scheduler_name == scheduler_name:
+                    members.setdefault(key, []).append(pod)
         if (
             pod.scheduler_name == scheduler_name
             and not pod.node_name
@@ -87,12 +116,26 @@ def build_queue(
 
     pending_by_group: dict[Key, list[Pod]] = {}
     for pod in queue.pending:
-        if pod.pod_group is not None:
+        if pod.pod_group is not None and pod.key not in foreign:
             pending_by_group.setdefault((pod.namespace, pod.pod_group), []).append(pod)
     seen_groups: set[Key] = set()
     for pod in queue.pending:
         if pod.pod_group is None:
             queue.requests.append(_single_pod(pod, waiting_seconds.get(pod.key, 0.0)))
+            continue
+        if pod.key in foreign:
+            message = foreign_message(pod, groups_by_key[(pod.namespace, pod.pod_group)])
+            queue.gated.append(
+                GroupDecision(
+                    namespace=pod.namespace,
+                    name=pod.name,
+                    scheduled=False,
+                    reason=Reason.POD_GROUP_NOT_FOUND,
+                    message=message,
+                    is_pod_group=False,
+                    pending=[pod],
+                )
+            )
             continue
         key = (pod.namespace, pod.pod_group)
         if key in seen_groups:

@@ -43,8 +43,8 @@ from gangsched.binder import (
     claim_finalizer_patch,
     claim_status_patch,
     claim_unreserve_patch,
+    group_ref,
     now_rfc3339,
-    pod_group_ref,
     pod_ref,
 )
 from gangsched.cluster import ClusterCache, Key, LiveReader
@@ -55,8 +55,9 @@ from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.extended import ExtendedClaims
 from gangsched.loop.pipeline import GangPlan
 from gangsched.loop.report import Reporter
-from gangsched.model import GROUP, PLURAL, EventReason, Pod, PodGroup
+from gangsched.model import PLURAL, EventReason, Pod, PodGroup
 from gangsched.model.dra import ResourceClaim
+from gangsched.model.pod import PodClaim
 from gangsched.transport import error_message
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,10 @@ class Consumer:
 
     @classmethod
     def of_group(cls, group: PodGroup) -> Consumer:
-        return cls(group.name, group.uid, PLURAL, GROUP)
+        """The PodGroup itself, in its own API: `{apiGroup: scheduling.gangsched.io, ...}` for
+        ours, `{apiGroup: scheduling.k8s.io, resource: podgroups, ...}` for a native one
+        (KEP-5729: the resourceclaim controller then resolves its members itself)."""
+        return cls(group.name, group.uid, PLURAL, group.api.group)
 
 
 @dataclass(slots=True)
@@ -130,7 +134,24 @@ def group_claim_keys(group: PodGroup | None) -> set[Key]:
     """The claims of a PodGroup's spec.resourceClaims (reserved for the group, not its pods)."""
     if group is None or group.spec is None:
         return set()
-    return {(group.namespace, c.claim_name(group.name)) for c in group.spec.resource_claims}
+    names = (group.claim_name(c) for c in group.spec.resource_claims)
+    return {(group.namespace, name) for name in names if name}
+
+
+def is_group_claim(group: PodGroup, entry: PodClaim, key: Key, of_group: set[Key]) -> bool:
+    """Is a member's claim entry one of its PodGroup's claims? Ours: it names the group's
+    claim. Native (KEP-5729, `resourceclaim.BindTo`): the pod's entry equals a group entry
+    exactly (name, and the same claim or template), whatever the claim's generated name."""
+    if key in of_group:
+        return True
+    if not group.is_native or group.spec is None:
+        return False
+    return any(
+        c.name == entry.name
+        and c.resource_claim_name == entry.claim_name
+        and c.resource_claim_template_name == entry.template_name
+        for c in group.spec.resource_claims
+    )
 
 
 def plan_claims(
@@ -150,7 +171,8 @@ def plan_claims(
             if key is None:
                 raise ClaimError(f"pod {pod.name}: the claim of template {entry.template_name} is missing")
             users = consumers.setdefault(key, [])
-            user = Consumer.of_group(group) if group is not None and key in of_group else Consumer.of_pod(pod)
+            shared = group is not None and is_group_claim(group, entry, key, of_group)
+            user = Consumer.of_group(group) if group is not None and shared else Consumer.of_pod(pod)
             if user not in users:
                 users.append(user)
     out = []
@@ -383,7 +405,7 @@ class ClaimStep:
     def _event(self, plan: GangPlan, kind: str, reason: str, message: str) -> None:
         group = self.cache.pod_groups.get(plan.key)
         if plan.decision.is_pod_group and group is not None:
-            self.reporter.post(pod_group_ref(*plan.key, group.uid), kind, reason, message)
+            self.reporter.post(group_ref(group), kind, reason, message)
         else:
             for pod, _ in plan.assignments:
                 self.reporter.post(pod_ref(pod), kind, reason, message)
@@ -467,7 +489,7 @@ class ClaimStep:
                     or cache.is_assumed(pod.key)
                 ):
                     continue
-                owner = (pod.namespace, pod.pod_group) if pod.pod_group else pod.key
+                owner = cache.group_of(pod) or pod.key
                 if binding(owner):
                     continue
                 group = owner

@@ -18,6 +18,11 @@ What this module adds around that, once per cycle:
   deleted (or recreated: another UID) or finished (every member Succeeded or Failed), the
   entry is removed, the claim deallocated and our finalizer removed; a claim gangsched
   created is deleted.
+
+Native PodGroups (scheduling.k8s.io/v1alpha2) take the same path through `ClaimStep`, with
+their own reservedFor entry (`{apiGroup: scheduling.k8s.io, resource: podgroups}`); members
+use the group's entry as is (template included). Creation and cleanup are the resourceclaim
+controller's there (it knows that API): this module leaves them alone.
 """
 
 from __future__ import annotations
@@ -114,6 +119,8 @@ class GroupClaims:
         for key, group in list(self.cache.pod_groups.items()):
             if group.spec is None or not group.spec.resource_claims or not self.config.in_scope(key[0]):
                 continue
+            if group.is_native:
+                continue  # the resourceclaim controller makes a native PodGroup's claims
             if self._finished(key):
                 continue
             for entry in group.spec.resource_claims:

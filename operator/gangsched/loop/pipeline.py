@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from gangsched.binder import Binder, BindOutcome, BindResult, pod_group_ref, pod_ref
+from gangsched.binder import Binder, BindOutcome, BindResult, group_ref, pod_ref
 from gangsched.cluster import ClusterCache, Key, LiveReader
 from gangsched.engine import GroupDecision
 from gangsched.loop.config import SchedulerConfig
@@ -122,9 +122,7 @@ class BindingPipeline:
             group = self.cache.pod_groups.get(plan.key)
             if plan.decision.is_pod_group and group is not None:
                 message = f"{step.name}: {problem}; placing the gang again"
-                self.reporter.post(
-                    pod_group_ref(*plan.key, group.uid), "Warning", EventReason.BINDING_FAILED, message
-                )
+                self.reporter.post(group_ref(group), "Warning", EventReason.BINDING_FAILED, message)
             return False
         return True
 
@@ -172,7 +170,7 @@ class BindingPipeline:
         group = self.cache.pod_groups.get(plan.key)
         if group is None:
             return
-        ref = pod_group_ref(*plan.key, group.uid)
+        ref = group_ref(group)
         if failed:
             message = (
                 f"bound {len(results) - len(failed)}/{len(results)} pods; {len(failed)} failed "

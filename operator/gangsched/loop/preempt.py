@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from gangsched.binder import Binder, pod_group_ref, pod_ref
+from gangsched.binder import Binder, group_ref, pod_ref
 from gangsched.cluster import ClusterCache, Key
 from gangsched.engine import GroupDecision
 from gangsched.engine.types import Preemption, Reservation
@@ -150,8 +150,7 @@ class Preemptions:
         if decision.is_pod_group:
             group = self.cache.pod_groups.get(decision.key)
             if group is not None:
-                ref = pod_group_ref(*decision.key, group.uid)
-                self.reporter.post(ref, "Normal", EventReason.PREEMPTING, message)
+                self.reporter.post(group_ref(group), "Normal", EventReason.PREEMPTING, message)
             return
         for pod in decision.pending:
             self.reporter.post(pod_ref(pod), "Normal", EventReason.PREEMPTING, message)

@@ -16,13 +16,13 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from gangsched.binder import Binder, pod_group_ref
+from gangsched.binder import Binder, group_ref
 from gangsched.cluster import ClusterCache, Key
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.queue import SchedulingQueue
 from gangsched.loop.report import Reporter
 from gangsched.metrics import Metrics
-from gangsched.model import EventReason, Pod, Reason
+from gangsched.model import EventReason, Pod, PodGroup, Reason
 from gangsched.status import Counts, Verdict
 
 log = logging.getLogger(__name__)
@@ -88,11 +88,13 @@ class GangRepair:
                 self._wake_later(timeout - (now - since))
                 continue
             del self._partial_since[key]
-            await self._roll_back(key, group.uid, group.spec.min_count, counts, members, timeout)
+            await self._roll_back(key, group, counts, members, timeout)
 
     async def _roll_back(
-        self, key: Key, uid: str, min_count: int, counts: Counts, members: list[Pod], timeout: float
+        self, key: Key, group: PodGroup, counts: Counts, members: list[Pod], timeout: float
     ) -> None:
+        assert group.spec is not None
+        uid, min_count = group.uid, group.spec.min_count
         # Only pods we bound, for this incarnation of the group: never pods another scheduler
         # (or a PodGroup of the same name before) placed.
         bound = [p for p in members if p.node_name and not p.terminal and p.bound_for == uid]
@@ -109,7 +111,7 @@ class GangRepair:
         self.metrics.rollbacks.inc()
         self.reporter.set_verdict(key, Verdict(reason=Reason.TIMEOUT, message=message))
         await self.binder.event(
-            involved=pod_group_ref(*key, uid),
+            involved=group_ref(group),
             event_type="Warning",
             reason=EventReason.TIMEOUT,
             message=message,

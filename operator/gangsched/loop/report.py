@@ -2,7 +2,9 @@
 
 The loop records a `Verdict` per group; this module turns verdicts into status writes (only
 when the status would change, and recording the resourceVersion each write returns, so the
-group waits for the watch to echo it) and into Events, once per distinct message.
+group waits for the watch to echo it) and into Events, once per distinct message. A native
+PodGroup gets kube-scheduler's condition (`status.build_native_status`) and its Events in its
+own API; one hidden by gangsched's PodGroup of the same name gets a Warning Event, once.
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from gangsched.binder import Binder, now_rfc3339, pod_group_ref, pod_ref
+from gangsched.binder import Binder, group_ref, now_rfc3339, pod_group_ref, pod_ref
 from gangsched.cluster import ClusterCache, Key
 from gangsched.engine import GroupDecision
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.tasks import Tasks
-from gangsched.model import EventReason, Reason
-from gangsched.status import Verdict, build_status, same_status
+from gangsched.model import EventReason, PodGroup, Reason
+from gangsched.status import Verdict, build_native_status, build_status, same_status
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ class Reporter:
         self._marked: set[Key] = set()
         self._dirty: set[Key] = set()  # groups whose status may need a write
         self._priority_warned: set[str] = set()  # PodGroup UIDs told their spec.priority is ignored
+        self._clash_warned: set[str] = set()  # native PodGroup UIDs told gangsched's took their name
 
     def verdict(self, key: Key) -> Verdict:
         return self._verdicts.get(key) or Verdict()
@@ -77,7 +80,7 @@ class Reporter:
             group = self.cache.pod_groups.get(key)
             if group is not None:
                 event_type = "Normal" if decision.reason.waits_for_objects else "Warning"
-                self.post(pod_group_ref(*key, group.uid), event_type, decision.reason, decision.message)
+                self.post(group_ref(group), event_type, decision.reason, decision.message)
             return
         # A pod alone, or pods whose PodGroup is missing: tell each pod, once per message.
         for pod in decision.pending:
@@ -108,10 +111,14 @@ class Reporter:
         )
 
     async def write_statuses(self) -> None:
+        self._warn_clashes()
         dirty, self._dirty = self._dirty, set()
         for key in dirty:
             group = self.cache.pod_groups.get(key)
             if group is None or not self.config.in_scope(key[0]):
+                continue
+            if group.is_native:
+                await self._write_native(key, group)
                 continue
             if group.ignored_priority is not None and group.uid not in self._priority_warned:
                 self._priority_warned.add(group.uid)
@@ -140,6 +147,42 @@ class Reporter:
             self._written[key] = status
             if rv is not None:
                 self.cache.wrote_pod_group(key, rv)
+
+    async def _write_native(self, key: Key, group: PodGroup) -> None:
+        """kube-scheduler's PodGroupScheduled condition, by strategic merge patch."""
+        status = build_native_status(
+            group,
+            self.cache.members(key, assumed=True),
+            self.verdict(key),
+            previous=self._written.get(key) or self.cache.last_status(key),
+            now=now_rfc3339(),
+            scheduler_name=self.config.scheduler_name,
+        )
+        if status is None:
+            return
+        try:
+            rv = await self.binder.patch_pod_group_status(key[0], key[1], status, group.api)
+        except Exception as exc:
+            log.warning("could not write status of PodGroup %s/%s: %s", *key, exc)
+            self._dirty.add(key)
+            return
+        self._written[key] = status
+        if rv is not None:
+            self.cache.wrote_pod_group(key, rv)
+
+    def _warn_clashes(self) -> None:
+        """A native PodGroup that gangsched's PodGroup of the same namespace/name hides is not
+        scheduled: say so on it, once per incarnation (its pods get FailedScheduling)."""
+        for key, native in list(self.cache.shadowed.items()):
+            if native.uid in self._clash_warned or not self.config.in_scope(key[0]):
+                continue
+            self._clash_warned.add(native.uid)
+            message = (
+                f"not scheduled: the {self.cache.pod_groups[key].api.api_version} PodGroup {key[0]}/{key[1]} "
+                "has the same namespace/name and gangsched schedules that one; rename one of them"
+            )
+            log.warning("PodGroup %s/%s (%s): %s", *key, native.api.api_version, message)
+            self.post(group_ref(native), "Warning", EventReason.POD_GROUP_NAME_CLASH, message)
 
     def _warn_priority(self, key: Key, uid: str, ignored: int, has_class: bool, value: int) -> None:
         source = f"its priorityClassName ({value})" if has_class else "its pods' PriorityClass"

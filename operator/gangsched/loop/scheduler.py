@@ -213,7 +213,8 @@ class Scheduler:
                 continue
             if cache.is_assumed(pod.key):
                 continue
-            key, is_group = ((pod.namespace, pod.pod_group), True) if pod.pod_group else (pod.key, False)
+            group = cache.group_of(pod)  # None: alone, or naming the other API's PodGroup
+            key, is_group = (group, True) if group is not None else (pod.key, False)
             pending_by_group.setdefault((key, is_group), []).append(pod)
         exclude: set[Key] = set()
         ready = False

@@ -1,4 +1,4 @@
-"""Typed views of what gangsched reads: PodGroups, Pods, Nodes, PriorityClasses.
+"""Typed views of what gangsched reads: PodGroups (both APIs), Pods, Nodes, PriorityClasses.
 
 Parsing and validation happen here, at the boundary (pydantic for the PodGroup spec, whose
 errors users must see verbatim); everything inside the engine works on the plain slotted
@@ -11,12 +11,16 @@ from gangsched.model.common import (
     GROUP,
     LIVE_PODS_SELECTOR,
     MAX_TOPOLOGY_LEVELS,
+    NATIVE_GROUP,
+    NATIVE_PLURAL,
+    NATIVE_VERSION,
     PLURAL,
     POD_GROUP_LABEL,
     PODS,
     TERMINAL_PHASES,
     VERSION,
     ModelError,
+    PodGroupApi,
 )
 from gangsched.model.node import Node, Taint, parse_node
 from gangsched.model.pod import (
@@ -34,6 +38,8 @@ from gangsched.model.podgroup import (
     PodGroupSpec,
     TopologyConstraint,
     TopologyMode,
+    parse_native_pod_group,
+    parse_native_pod_group_spec,
     parse_pod_group,
     parse_pod_group_spec,
 )
@@ -46,6 +52,9 @@ __all__ = [
     "GROUP",
     "LIVE_PODS_SELECTOR",
     "MAX_TOPOLOGY_LEVELS",
+    "NATIVE_GROUP",
+    "NATIVE_PLURAL",
+    "NATIVE_VERSION",
     "PLURAL",
     "PODS",
     "POD_GROUP_LABEL",
@@ -58,6 +67,7 @@ __all__ = [
     "Placement",
     "Pod",
     "PodGroup",
+    "PodGroupApi",
     "PodGroupSpec",
     "PodShape",
     "PriorityClass",
@@ -69,6 +79,8 @@ __all__ = [
     "Toleration",
     "TopologyConstraint",
     "TopologyMode",
+    "parse_native_pod_group",
+    "parse_native_pod_group_spec",
     "parse_node",
     "parse_pod",
     "parse_pod_group",

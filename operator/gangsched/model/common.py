@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
 
 from gangsched.quantity import QuantityError, parse_milli
@@ -28,6 +29,33 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 LIVE_PODS_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 
 NAMESPACE_DEFAULT = "default"
+
+# Kubernetes' own PodGroup (KEP-4671/5832, alpha in 1.36): pods join it through
+# spec.schedulingGroup.podGroupName; served only where scheduling.k8s.io/v1alpha2 is enabled.
+NATIVE_GROUP = "scheduling.k8s.io"
+NATIVE_VERSION = "v1alpha2"
+NATIVE_PLURAL = "podgroups"
+
+
+class PodGroupApi(StrEnum):
+    """The API a PodGroup comes from: gangsched's CRD, or Kubernetes' scheduling.k8s.io/v1alpha2."""
+
+    GANGSCHED = "gangsched"
+    NATIVE = "native"
+
+    @property
+    def group(self) -> str:
+        return GROUP if self is PodGroupApi.GANGSCHED else NATIVE_GROUP
+
+    @property
+    def api_version(self) -> str:
+        version = VERSION if self is PodGroupApi.GANGSCHED else NATIVE_VERSION
+        return f"{self.group}/{version}"
+
+    @property
+    def resource(self) -> str:
+        """The plural with its group, as kubectl spells it (``podgroups.scheduling.k8s.io``)."""
+        return f"{PLURAL}.{self.group}"
 
 
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")

@@ -18,6 +18,7 @@ from gangsched.model.common import (
     PODS,
     TERMINAL_PHASES,
     ModelError,
+    PodGroupApi,
     object_meta,
     quantities,
     str_map,
@@ -189,6 +190,9 @@ class Pod:
     started: str = ""
     # metadata.labels: which PodDisruptionBudgets select it (preemption orders victims by them).
     labels: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # The API of the PodGroup `pod_group` names: native when the pod sets
+    # spec.schedulingGroup.podGroupName, gangsched's when it carries POD_GROUP_LABEL.
+    pod_group_api: PodGroupApi = PodGroupApi.GANGSCHED
     _shape: PodShape | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -386,6 +390,7 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         priority = priorities.pod_priority(str(spec.get("priorityClassName") or ""))
     per_container: list[dict[str, int]] = []
     claims, claim_statuses = parse_pod_claims(spec, status)
+    group, group_api = pod_group_of(spec, labels)
     return Pod(
         namespace=str(meta.get("namespace") or NAMESPACE_DEFAULT),
         name=str(meta["name"]),
@@ -393,7 +398,7 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         node_name=str(spec.get("nodeName") or ""),
         phase=str(status.get("phase") or "Pending"),
-        pod_group=labels.get(POD_GROUP_LABEL),
+        pod_group=group,
         requests=pod_requests(spec, per_container),
         placement=_placement(spec),
         priority=int(priority or 0),
@@ -411,7 +416,33 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         preemption_policy=_preemption_policy(spec),
         started=str(status.get("startTime") or ""),
         labels=labels,
+        pod_group_api=group_api,
     )
+
+
+def native_group_name(spec: Mapping[str, Any]) -> str | None:
+    """spec.schedulingGroup.podGroupName (None when unset); ModelError when malformed."""
+    selection = spec.get("schedulingGroup")
+    if selection is None:
+        return None
+    if not isinstance(selection, Mapping):
+        raise ModelError("spec.schedulingGroup must be an object")
+    name = selection.get("podGroupName")
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        raise ModelError(f"spec.schedulingGroup.podGroupName must be a non-empty string, not {name!r}")
+    return name
+
+
+def pod_group_of(spec: Mapping[str, Any], labels: Mapping[str, str]) -> tuple[str | None, PodGroupApi]:
+    """The PodGroup a pod joins, and that group's API: Kubernetes' spec.schedulingGroup when
+    set (the field the API, the resourceclaim controller and kube-scheduler all follow; a
+    label beside it is ignored), else gangsched's label."""
+    native = native_group_name(spec)
+    if native is not None:
+        return native, PodGroupApi.NATIVE
+    return labels.get(POD_GROUP_LABEL), PodGroupApi.GANGSCHED
 
 
 def _preemption_policy(spec: Mapping[str, Any]) -> str:

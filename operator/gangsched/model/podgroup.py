@@ -1,4 +1,11 @@
-"""gangsched's PodGroup: the pydantic spec (validated at the boundary) and the plain view.
+"""PodGroups: the pydantic spec (validated at the boundary) and the plain view.
+
+Two APIs give the engine the same `PodGroup`: gangsched's own CRD (`parse_pod_group`,
+scheduling.gangsched.io/v1alpha1) and Kubernetes' native one (`parse_native_pod_group`,
+scheduling.k8s.io/v1alpha2, a subset of ours: one Required topology level, no timeout, no
+Preferred levels). `PodGroup.api` says which; everything downstream of the parse (queue,
+placement, preemption) is the same, only the writes (status, Events, claim reservations)
+follow the API's own conventions.
 
 An invalid spec is kept as `spec_error` rather than dropped, so the user is told why the
 group does not schedule instead of seeing nothing happen.
@@ -7,7 +14,7 @@ group does not schedule instead of seeing nothing happen.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -17,6 +24,7 @@ from gangsched.model.common import (
     MAX_TOPOLOGY_LEVELS,
     NAMESPACE_DEFAULT,
     ModelError,
+    PodGroupApi,
     label_key_problem,
     object_meta,
 )
@@ -170,8 +178,66 @@ def parse_pod_group_spec(spec: Mapping[str, Any]) -> PodGroupSpec:
         raise ModelError("; ".join(problems)) from None
 
 
+# The native API's limits where ours go further (scheduling.k8s.io/v1alpha2 types.go).
+NATIVE_MAX_TOPOLOGY_LEVELS = 1
+_NATIVE = PodGroupApi.NATIVE.api_version
+
+
+def parse_native_pod_group_spec(spec: Mapping[str, Any]) -> PodGroupSpec:
+    """Validate the spec of a scheduling.k8s.io/v1alpha2 PodGroup into gangsched's PodGroupSpec.
+
+    The native spec is a subset of ours: one topology level, always Required (the API has
+    no `mode`), no `scheduleTimeoutSeconds`; `disruptionMode` defaults to Pod, as the API
+    defaults it (ours defaults gangs to PodGroup). `podGroupTemplateRef` is not scheduling
+    input. A field only gangsched's PodGroup has is refused with a line saying so, rather than
+    silently honoured (a file given to `simulate` could carry one)."""
+    if not isinstance(spec, Mapping):
+        raise ModelError("spec must be an object")
+    problems: list[str] = []
+    if "scheduleTimeoutSeconds" in spec:
+        problems.append(
+            f"spec.scheduleTimeoutSeconds: not a field of {_NATIVE} PodGroups "
+            "(gangsched's own PodGroup, scheduling.gangsched.io/v1alpha1, has it)"
+        )
+    constraints = spec.get("schedulingConstraints")
+    topology = constraints.get("topology") if isinstance(constraints, Mapping) else None
+    if isinstance(topology, list):
+        if len(topology) > NATIVE_MAX_TOPOLOGY_LEVELS:
+            problems.append(
+                f"spec.schedulingConstraints.topology: at most {NATIVE_MAX_TOPOLOGY_LEVELS} level in "
+                f"{_NATIVE} PodGroups, found {len(topology)} (gangsched's own PodGroup takes up to "
+                f"{MAX_TOPOLOGY_LEVELS}, Required or Preferred)"
+            )
+        for i, level in enumerate(topology):
+            if isinstance(level, Mapping) and "mode" in level:
+                problems.append(
+                    f"spec.schedulingConstraints.topology[{i}].mode: not a field of {_NATIVE} PodGroups "
+                    "(their one level is always Required)"
+                )
+    body = dict(spec)
+    if body.get("disruptionMode") is None:
+        body["disruptionMode"] = DisruptionMode.POD.value
+    if isinstance(topology, list):  # each problem above said once, the rest checked as ours
+        levels = [
+            {k: v for k, v in level.items() if k != "mode"} if isinstance(level, Mapping) else level
+            for level in topology[:NATIVE_MAX_TOPOLOGY_LEVELS]
+        ]
+        body["schedulingConstraints"] = {**(constraints or {}), "topology": levels}
+    try:
+        parsed = parse_pod_group_spec(body)
+    except ModelError as exc:
+        problems.append(str(exc))
+        parsed = None
+    if problems or parsed is None:
+        raise ModelError("; ".join(problems))
+    return parsed
+
+
 @dataclass(slots=True)
 class PodGroup:
+    """One PodGroup, from either API (`api`); keyed by namespace/name like its pods' reference
+    (a clash of the two APIs on one name is resolved by the cache, `ClusterCache`)."""
+
     namespace: str
     name: str
     spec: PodGroupSpec | None
@@ -186,14 +252,35 @@ class PodGroup:
     resource_version: str = ""
     # spec.priority when set and not equal to the class's value: ignored, and said so.
     ignored_priority: int | None = None
+    # Which API it comes from: gangsched's CRD or scheduling.k8s.io/v1alpha2.
+    api: PodGroupApi = PodGroupApi.GANGSCHED
+    # Native only: status.resourceClaimStatuses, entry name -> the claim the resourceclaim
+    # controller generated from its template (None: no claim needed).
+    claim_statuses: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
 
     @property
+    def is_native(self) -> bool:
+        return self.api is PodGroupApi.NATIVE
+
+    @property
     def has_priority_class(self) -> bool:
-        return self.spec is not None and bool(self.spec.priority_class_name)
+        """Does the group's own priority rule over its pods'? A PriorityClass it names; for a
+        native group also spec.priority, which the Priority admission plugin sets."""
+        if self.spec is None:
+            return False
+        return bool(self.spec.priority_class_name) or (self.is_native and self.spec.priority is not None)
+
+    def claim_name(self, entry: GroupClaim) -> str | None:
+        """The ResourceClaim of one spec.resourceClaims entry: named, or made from its template
+        (gangsched names it <podgroup>-<entry>; for a native group the resourceclaim
+        controller generates a name and records it in status; None until it has)."""
+        if not self.is_native:
+            return entry.claim_name(self.name)
+        return entry.resource_claim_name or self.claim_statuses.get(entry.name)
 
 
 def parse_pod_group(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = None) -> PodGroup:
@@ -228,4 +315,53 @@ def parse_pod_group(obj: Mapping[str, Any], *, priorities: PriorityClasses | Non
         generation=int(meta.get("generation") or 0),
         resource_version=str(meta.get("resourceVersion") or ""),
         ignored_priority=ignored,
+    )
+
+
+def parse_native_pod_group(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = None) -> PodGroup:
+    """Parse a scheduling.k8s.io/v1alpha2 PodGroup into the model's PodGroup (`api` native).
+
+    Its priority is spec.priority when set: the Priority admission plugin writes it from
+    priorityClassName and refuses a tenant's own value, so it is the administrator's word
+    (unlike our CRD's, where spec.priority is ignored). Without it, the class named is
+    resolved as for our PodGroups. An invalid spec is kept as `spec_error`."""
+    api_version = obj.get("apiVersion")
+    if api_version and api_version != _NATIVE:
+        raise ModelError(f"apiVersion: a native PodGroup is {_NATIVE}, not {api_version}")
+    meta = object_meta(obj)
+    spec: PodGroupSpec | None = None
+    error: str | None = None
+    try:
+        spec = parse_native_pod_group_spec(obj.get("spec") or {})
+    except ModelError as exc:
+        error = str(exc)
+    priority = 0
+    if spec is not None:
+        if spec.priority is not None:
+            priority = spec.priority
+        elif spec.priority_class_name:
+            value = priorities.value(spec.priority_class_name) if priorities is not None else None
+            if priorities is not None and value is None:
+                error = f"PriorityClass {spec.priority_class_name!r} not found"
+            elif value is not None:
+                priority = value
+    status = obj.get("status") or {}
+    claim_statuses: dict[str, str | None] = {}
+    raw_statuses = status.get("resourceClaimStatuses") if isinstance(status, Mapping) else None
+    for item in raw_statuses if isinstance(raw_statuses, list) else []:
+        if isinstance(item, Mapping) and item.get("name"):
+            generated = item.get("resourceClaimName")
+            claim_statuses[str(item["name"])] = str(generated) if generated else None
+    return PodGroup(
+        namespace=str(meta.get("namespace") or NAMESPACE_DEFAULT),
+        name=str(meta["name"]),
+        spec=spec if error is None else None,
+        spec_error=error,
+        priority=priority,
+        created=str(meta.get("creationTimestamp") or ""),
+        uid=str(meta.get("uid") or ""),
+        generation=int(meta.get("generation") or 0),
+        resource_version=str(meta.get("resourceVersion") or ""),
+        api=PodGroupApi.NATIVE,
+        claim_statuses=claim_statuses,
     )

@@ -60,3 +60,5 @@ class EventReason(StrEnum):
     PRIORITY_IGNORED = "PriorityIgnored"
     # On a pod without a PodGroup (or whose PodGroup is missing), as kube-scheduler posts it.
     FAILED_SCHEDULING = "FailedScheduling"
+    # On a native PodGroup whose namespace/name gangsched's own PodGroup also has (not scheduled).
+    POD_GROUP_NAME_CLASH = "PodGroupNameClash"
