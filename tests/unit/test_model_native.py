@@ -12,9 +12,11 @@ from typing import Any, cast
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from gangsched.cluster import ClusterCache
+from gangsched.binder import BindOutcome, BindResult
+from gangsched.cluster import ClusterCache, LiveReader
 from gangsched.engine import schedule_cycle
 from gangsched.engine.preemption import victim_units
+from gangsched.loop import Scheduler, SchedulerConfig
 from gangsched.loop.claims import Consumer, group_claim_keys, plan_claims
 from gangsched.model import (
     ModelError,
@@ -40,6 +42,7 @@ from gangsched_testing.builders import (
     native_pod_group,
     native_pod_group_manifest,
     native_pod_manifest,
+    node_manifest,
     pod,
     pod_group,
     pod_group_manifest,
@@ -559,3 +562,86 @@ def test_native_podgroups_are_watched_only_where_served(
     assert lines[0].levelno == logging.INFO
     if not served:
         assert "native PodGroups are not scheduled" in lines[0].getMessage()
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+class _Binder:
+    """Records binds, status patches (with their API) and Events."""
+
+    def __init__(self) -> None:
+        self.bound: list[tuple[str, str, str]] = []
+        self.statuses: list[tuple[str, dict[str, Any], PodGroupApi]] = []
+        self.events: list[tuple[str, str, str]] = []
+
+    async def bind_all(self, assignments: Any, *, group_uid: str = "") -> list[BindResult]:
+        self.bound += [(p.name, n, group_uid) for p, n in assignments]
+        return [BindResult(p, n, BindOutcome.BOUND) for p, n in assignments]
+
+    async def patch_pod_group_status(
+        self, namespace: str, name: str, status: Any, api: PodGroupApi = PodGroupApi.GANGSCHED
+    ) -> str:
+        self.statuses.append((name, dict(status), api))
+        return str(1000 + len(self.statuses))
+
+    async def event(self, *, involved: Any, event_type: str, reason: str, message: str) -> None:
+        self.events.append((involved["apiVersion"], involved["name"], reason))
+
+    async def mark_unschedulable(self, pod: Any, message: str) -> None:
+        pass
+
+
+class _NoLive:
+    async def call(self, method: str, path: str, **_: Any) -> Any:
+        raise ApiException(status=404, reason="Not Found")
+
+    async def list(self, path: str, **_: Any) -> list[Any]:
+        return []
+
+
+def test_the_loop_binds_a_native_gang_and_writes_its_condition_in_its_api() -> None:
+    async def scenario() -> None:
+        cache = ClusterCache()
+        binder = _Binder()
+        live = LiveReader(cache=cache, transport=cast(Any, _NoLive()), scheduler_name="gangsched")
+        sched = Scheduler(
+            cache=cache,
+            binder=cast(Any, binder),
+            live=live,
+            config=SchedulerConfig(consistency_timeout_seconds=0.0),
+        )
+        for name in ("n1", "n2"):
+            cache.apply_node("ADDED", node_manifest(name, labels={RACK: "r1"}, resource_version="1"))
+        body = native_pod_group_manifest("g", 2, topology_key=RACK, uid="pg", resource_version="5")
+        cache.apply_pod_group("ADDED", body, PodGroupApi.NATIVE)
+        # A native group of kube-scheduler's pods: none of gangsched's business.
+        theirs = native_pod_group_manifest("k", 1, uid="pk", resource_version="6")
+        cache.apply_pod_group("ADDED", theirs, PodGroupApi.NATIVE)
+        for i in range(2):
+            cache.apply_pod(
+                "ADDED", native_pod_manifest(f"g-{i}", "g", uid=f"u{i}", resource_version="7", gpu=8)
+            )
+        kube = native_pod_manifest("k-0", "k", uid="k0", scheduler="default-scheduler", node_name="n9")
+        cache.apply_pod("ADDED", kube)
+        await sched.cycle()
+        await sched.tasks.settle()
+        assert sorted((p, g) for p, _, g in binder.bound) == [("g-0", "pg"), ("g-1", "pg")]
+        # The watch shows them bound: the condition is True, written to the native API only.
+        for i in range(2):
+            manifest = native_pod_manifest(f"g-{i}", "g", uid=f"u{i}", resource_version="9", gpu=8)
+            manifest["spec"]["nodeName"] = f"n{i + 1}"
+            cache.apply_pod("MODIFIED", manifest)
+        sched.wake(("ml", "g"))
+        sched.wake(("ml", "k"))
+        await sched.cycle()
+        await sched.tasks.settle()
+        names = {name for name, _, _ in binder.statuses}
+        assert names == {"g"}, binder.statuses
+        _, status, api = binder.statuses[-1]
+        assert api is PodGroupApi.NATIVE
+        [cond] = status["conditions"]
+        assert (cond["type"], cond["status"], cond["reason"]) == ("PodGroupScheduled", "True", "Scheduled")
+        assert ("scheduling.k8s.io/v1alpha2", "g", "Scheduled") in binder.events
+
+    asyncio.run(scenario())

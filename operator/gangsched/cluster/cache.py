@@ -509,14 +509,16 @@ class ClusterCache:
         status: Mapping[str, Any] | None = raw.get("status") or None
         return status
 
-    def members(self, group: Key, *, assumed: bool = False) -> list[Pod]:
-        """The pods that name `group` (with assumed bindings applied when `assumed`): through
-        the API of the PodGroup of that name when it exists, else through either."""
+    def members(self, group: Key, *, assumed: bool = False, api: PodGroupApi | None = None) -> list[Pod]:
+        """The pods that name `group` (with assumed bindings applied when `assumed`) through
+        `api`; by default the API of the PodGroup of that name when it exists, else either."""
         current = self.pod_groups.get(group)
+        if api is None and current is not None:
+            api = current.api
         out = []
         for key in self._by_group.get(group, ()):
             pod = self.pods[key]
-            if current is not None and pod.pod_group_api != current.api:
+            if api is not None and pod.pod_group_api != api:
                 continue
             if assumed:
                 guess = self._assumed.get(key)

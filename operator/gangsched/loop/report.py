@@ -149,10 +149,14 @@ class Reporter:
                 self.cache.wrote_pod_group(key, rv)
 
     async def _write_native(self, key: Key, group: PodGroup) -> None:
-        """kube-scheduler's PodGroupScheduled condition, by strategic merge patch."""
+        """kube-scheduler's PodGroupScheduled condition, by strategic merge patch; only on a
+        group whose pods name this scheduler (one of kube-scheduler's is its to write)."""
+        members = self.cache.members(key, assumed=True)
+        if not any(p.scheduler_name == self.config.scheduler_name for p in members):
+            return
         status = build_native_status(
             group,
-            self.cache.members(key, assumed=True),
+            members,
             self.verdict(key),
             previous=self._written.get(key) or self.cache.last_status(key),
             now=now_rfc3339(),
@@ -176,6 +180,9 @@ class Reporter:
         for key, native in list(self.cache.shadowed.items()):
             if native.uid in self._clash_warned or not self.config.in_scope(key[0]):
                 continue
+            pods = self.cache.members(key, api=native.api)
+            if not any(p.scheduler_name == self.config.scheduler_name for p in pods):
+                continue  # not ours to schedule anyway (another scheduler's pods, or none yet)
             self._clash_warned.add(native.uid)
             message = (
                 f"not scheduled: the {self.cache.pod_groups[key].api.api_version} PodGroup {key[0]}/{key[1]} "
