@@ -115,7 +115,8 @@ class Intake:
 
     # ------------------------------------------------------------------ PodGroups
 
-    async def pod_group(self, event_type: str, body: Body, api: PodGroupApi = PodGroupApi.GANGSCHED) -> None:
+    async def pod_group(self, event_type: str, body: Body, api: PodGroupApi | None = None) -> None:
+        """A PodGroup of `api` (None: as its apiVersion says, see `ClusterCache.apply_pod_group`)."""
         key = _key(body)
         before = self.cache.pod_groups.get(key)
         self.cache.apply_pod_group(event_type, body, api)

@@ -645,3 +645,11 @@ def test_the_loop_binds_a_native_gang_and_writes_its_condition_in_its_api() -> N
         assert ("scheduling.k8s.io/v1alpha2", "g", "Scheduled") in binder.events
 
     asyncio.run(scenario())
+
+
+def test_a_watch_event_of_a_native_podgroup_is_known_by_its_api_version() -> None:
+    cache = ClusterCache()
+    cache.apply_pod_group("ADDED", native_pod_group_manifest("g", 2, uid="n"))
+    assert cache.pod_groups[("ml", "g")].api == "native"
+    cache.apply_pod_group("ADDED", pod_group_manifest("h", 2, uid="c"))
+    assert cache.pod_groups[("ml", "h")].api == "gangsched"

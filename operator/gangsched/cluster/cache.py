@@ -225,9 +225,13 @@ class ClusterCache:
             self.invalid[("Node", "", name)] = str(exc)
 
     def apply_pod_group(
-        self, event_type: str | None, body: Mapping[str, Any], api: PodGroupApi = PodGroupApi.GANGSCHED
+        self, event_type: str | None, body: Mapping[str, Any], api: PodGroupApi | None = None
     ) -> Key:
-        """Apply one PodGroup event of `api` (a LIST item carries no apiVersion to tell)."""
+        """Apply one PodGroup event of `api`; by default the body's apiVersion says which
+        (gangsched's when it has none: the items of a LIST carry none, so informers say)."""
+        if api is None:
+            native = body.get("apiVersion") == PodGroupApi.NATIVE.api_version
+            api = PodGroupApi.NATIVE if native else PodGroupApi.GANGSCHED
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
         self._observe(pod_group_resource(api), body)
