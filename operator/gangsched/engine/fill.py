@@ -57,7 +57,7 @@ def fill(cap: GroupCapacity, order: IntArray, target: int) -> Attempt:
 
 def greedy(cap: GroupCapacity, order: IntArray, class_order: list[int]) -> Attempt:
     """First-fit along `order`, class by class in `class_order`."""
-    free = cap.free[order].copy()
+    free = cap.free[order]  # fancy indexing copies already
     counts: list[dict[int, int]] = [{} for _ in cap.classes]
     placed = 0
     for k in class_order:
