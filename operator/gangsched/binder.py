@@ -179,7 +179,9 @@ class Binder:
             return False
         return True
 
-    async def _patch_condition(self, pod: Pod, kind: str, status: str, reason: str, message: str) -> None:
+    async def _patch_condition(
+        self, pod: Pod, kind: str, status: str, reason: str, message: str, *, background: bool = False
+    ) -> None:
         """One pod condition, by strategic merge patch on pods/status (conditions merge by
         type). The UID in the patch makes it apply to this pod only, not a recreated one."""
         condition = {
@@ -191,13 +193,17 @@ class Binder:
         }
         body = {"metadata": {"uid": pod.uid}, "status": {"conditions": [condition]}}
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
-        await self.transport.call("PATCH", path, body=body, content_type=STRATEGIC_MERGE_PATCH)
+        await self.transport.call(
+            "PATCH", path, body=body, content_type=STRATEGIC_MERGE_PATCH, background=background
+        )
 
     async def mark_unschedulable(self, pod: Pod, message: str) -> None:
         """PodScheduled=False/Unschedulable on a pending pod, as kube-scheduler sets it, so that
         cluster-autoscaler and Karpenter see the pods of a gang that does not fit. Best effort."""
         try:
-            await self._patch_condition(pod, "PodScheduled", "False", "Unschedulable", message)
+            await self._patch_condition(
+                pod, "PodScheduled", "False", "Unschedulable", message, background=True
+            )
         except Exception as exc:
             detail = error_message(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
             log.warning("could not mark pod %s/%s unschedulable: %s", pod.namespace, pod.name, detail)
@@ -231,7 +237,7 @@ class Binder:
             content_type = MERGE_PATCH
         try:
             result = await self.transport.call(
-                "PATCH", path, body={"status": dict(status)}, content_type=content_type
+                "PATCH", path, body={"status": dict(status)}, content_type=content_type, background=True
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -245,7 +251,9 @@ class Binder:
             involved=involved, event_type=event_type, reason=reason, message=message, instance=self.instance
         )
         try:
-            await self.transport.call("POST", f"/api/v1/namespaces/{involved['namespace']}/events", body=body)
+            await self.transport.call(
+                "POST", f"/api/v1/namespaces/{involved['namespace']}/events", body=body, background=True
+            )
         except Exception as exc:  # one line: an ApiException's str() carries every HTTP header
             detail = error_message(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
             log.warning(

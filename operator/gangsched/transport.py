@@ -119,6 +119,10 @@ def _query(query: Query | None) -> dict[str, str] | None:
 class Transport:
     """Sends requests with bounded concurrency; use it from one event loop.
 
+    `background` requests (Events, condition and status patches: what users read, not what
+    placement needs) take at most a quarter of the slots, so a burst of them never holds up
+    a Binding.
+
     With a `fence` (leader election), a write is sent only if `fence()` returns None at the
     moment it is sent (after any queueing for a slot), and it waits at most `write_timeout`
     for the answer; otherwise FencedError, never retried.
@@ -146,6 +150,7 @@ class Transport:
         self._send = send
         self._session: ApiSession | None = None
         self._slots = asyncio.Semaphore(concurrency)
+        self._background = asyncio.Semaphore(max(1, concurrency // 4))
 
     def _sender(self) -> Send:
         if self._send is None:
@@ -170,8 +175,14 @@ class Transport:
         query: Query | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        background: bool = False,
     ) -> Any:
         """One request with retries on transient failures; raises ApiException otherwise."""
+        if background:
+            async with self._background:
+                return await self.call(
+                    method, path, delay=delay, query=query, body=body, content_type=content_type
+                )
         data = None if body is None else encode_body(body)
         params = _query(query)
         async with self._slots:

@@ -2,7 +2,10 @@
 
 The loop records a `Verdict` per group; this module turns verdicts into status writes (only
 when the status would change, and recording the resourceVersion each write returns, so the
-group waits for the watch to echo it) and into Events, once per distinct message. A native
+group waits for the watch to echo it) and into Events, once per distinct message. Status
+writes go out in the background, at most one in flight per group (a change meanwhile is
+written when it answers): awaited one by one inside the cycle, a few hundred unschedulable
+gangs whose messages change as the cluster fills held every decision for seconds. A native
 PodGroup gets kube-scheduler's condition (`status.build_native_status`) and its Events in its
 own API; one hidden by gangsched's PodGroup of the same name gets a Warning Event, once.
 """
@@ -39,6 +42,7 @@ class Reporter:
         # Pods we marked PodScheduled=False/Unschedulable and the watch has not echoed yet.
         self._marked: set[Key] = set()
         self._dirty: set[Key] = set()  # groups whose status may need a write
+        self._writing: set[Key] = set()  # groups with a status write in flight
         self._priority_warned: set[str] = set()  # PodGroup UIDs told their spec.priority is ignored
         self._clash_warned: set[str] = set()  # native PodGroup UIDs told gangsched's took their name
 
@@ -111,65 +115,64 @@ class Reporter:
         )
 
     async def write_statuses(self) -> None:
+        """Start the status writes the cycle's verdicts call for (they run in the background)."""
         self._warn_clashes()
         dirty, self._dirty = self._dirty, set()
         for key in dirty:
             group = self.cache.pod_groups.get(key)
             if group is None or not self.config.in_scope(key[0]):
                 continue
-            if group.is_native:
-                await self._write_native(key, group)
+            if key in self._writing:
+                self._dirty.add(key)  # looked at again once the write in flight answers
                 continue
-            if group.ignored_priority is not None and group.uid not in self._priority_warned:
-                self._priority_warned.add(group.uid)
-                self._warn_priority(
-                    key, group.uid, group.ignored_priority, group.has_priority_class, group.priority
-                )
-            members = self.cache.members(key, assumed=True)
-            previous = self._written.get(key) or self.cache.last_status(key)
-            status = build_status(
+            status = self._status(key, group)
+            if status is None:
+                continue
+            self._writing.add(key)
+            self.tasks.spawn(self._write(key, group, status), name=f"status {key[0]}/{key[1]}")
+
+    def _status(self, key: Key, group: PodGroup) -> dict[str, Any] | None:
+        """The status to write now, or None when the one written (or read) already says it."""
+        previous = self._written.get(key) or self.cache.last_status(key)
+        members = self.cache.members(key, assumed=True)
+        if group.is_native:
+            # kube-scheduler's PodGroupScheduled condition, only on a group whose pods name
+            # this scheduler (one of kube-scheduler's is its to write).
+            if not any(p.scheduler_name == self.config.scheduler_name for p in members):
+                return None
+            return build_native_status(
                 group,
                 members,
                 self.verdict(key),
                 previous=previous,
                 now=now_rfc3339(),
                 scheduler_name=self.config.scheduler_name,
-                partial_since=self._partial_since.get(key),
             )
-            if same_status(status, previous):
-                continue
-            try:
-                rv = await self.binder.patch_pod_group_status(key[0], key[1], status)
-            except Exception as exc:
-                log.warning("could not write status of PodGroup %s/%s: %s", *key, exc)
-                self._dirty.add(key)
-                continue
-            self._written[key] = status
-            if rv is not None:
-                self.cache.wrote_pod_group(key, rv)
-
-    async def _write_native(self, key: Key, group: PodGroup) -> None:
-        """kube-scheduler's PodGroupScheduled condition, by strategic merge patch; only on a
-        group whose pods name this scheduler (one of kube-scheduler's is its to write)."""
-        members = self.cache.members(key, assumed=True)
-        if not any(p.scheduler_name == self.config.scheduler_name for p in members):
-            return
-        status = build_native_status(
+        if group.ignored_priority is not None and group.uid not in self._priority_warned:
+            self._priority_warned.add(group.uid)
+            self._warn_priority(
+                key, group.uid, group.ignored_priority, group.has_priority_class, group.priority
+            )
+        status = build_status(
             group,
             members,
             self.verdict(key),
-            previous=self._written.get(key) or self.cache.last_status(key),
+            previous=previous,
             now=now_rfc3339(),
             scheduler_name=self.config.scheduler_name,
+            partial_since=self._partial_since.get(key),
         )
-        if status is None:
-            return
+        return None if same_status(status, previous) else status
+
+    async def _write(self, key: Key, group: PodGroup, status: dict[str, Any]) -> None:
         try:
             rv = await self.binder.patch_pod_group_status(key[0], key[1], status, group.api)
         except Exception as exc:
             log.warning("could not write status of PodGroup %s/%s: %s", *key, exc)
             self._dirty.add(key)
             return
+        finally:
+            self._writing.discard(key)
         self._written[key] = status
         if rv is not None:
             self.cache.wrote_pod_group(key, rv)
