@@ -15,7 +15,7 @@ from gangsched.engine.dra.claims import ClaimKey
 from gangsched.engine.dra.extended import delegate
 from gangsched.engine.dra.inventory import DeviceState, DraObjects
 from gangsched.engine.group import place_group
-from gangsched.engine.preemption import find_preemption
+from gangsched.engine.preemption import Running, find_preemption
 from gangsched.engine.queue import Key, belongs, build_queue, order_key, queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, reservation_nodes
 from gangsched.engine.snapshot import BoolArray, Snapshot
@@ -65,6 +65,7 @@ def schedule_groups(
     allocated_now: dict[ClaimKey, AllocationResult] = {}
     nominated = list(nominations)
     preempting = {r.owner for r in nominations}
+    running: Running | None = None  # what preemption reads of the running pods, once per cycle
     for group in queue_order(groups):
         blocked = blocked_for(snapshot, [*standing, *nominated], order_key(group), group.key)
         if before_place is not None:
@@ -75,6 +76,8 @@ def schedule_groups(
         if outcome.decision.scheduled or cap is None:
             continue
         if group.key not in preempting and outcome.decision.reason == Reason.UNSCHEDULABLE and bound:
+            if running is None:
+                running = Running.of(bound, pod_groups or {})
             found = find_preemption(
                 snapshot,
                 group,
@@ -85,6 +88,7 @@ def schedule_groups(
                 allocated_now=allocated_now,
                 required_keys=cap.required_keys,
                 budgets=budgets,
+                running=running,
             )
             if isinstance(found, str):
                 outcome.decision.message += f"; {found}"

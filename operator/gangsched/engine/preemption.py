@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -199,6 +200,28 @@ def _gpus(pods: Sequence[Pod], freed: int) -> int:
     return total
 
 
+@dataclass(frozen=True, slots=True)
+class Running:
+    """What a preemption search reads of the running pods: the same for every group of a
+    cycle, so computed once per cycle (per group it was a walk over every bound pod, for
+    each of hundreds of unschedulable gangs)."""
+
+    terminating: list[Pod]
+    units: list[Unit]  # of the pods not terminating
+    claim_users: dict[ClaimKey, frozenset[Key]]
+    lowest: int  # the lowest unit priority (SYSTEM_CRITICAL when there is none)
+
+    @classmethod
+    def of(cls, bound: Sequence[Pod], groups: Mapping[Key, PodGroup]) -> Running:
+        units = victim_units([p for p in bound if not p.deleting], groups)
+        return cls(
+            terminating=[p for p in bound if p.holds_resources and p.deleting],
+            units=units,
+            claim_users=claim_users(bound),
+            lowest=min((u.priority for u in units), default=SYSTEM_CRITICAL),
+        )
+
+
 def find_preemption(
     snapshot: Snapshot,
     group: GroupRequest,
@@ -210,20 +233,22 @@ def find_preemption(
     allocated_now: Mapping[ClaimKey, AllocationResult],
     required_keys: tuple[str, ...],
     budgets: Sequence[DisruptionBudget] = (),
+    running: Running | None = None,
 ) -> Preemption | str | None:
     """The least damaging preemption that makes `group` fit; a reason (str) when it should
-    wait instead (terminating pods will make room); None when preemption cannot help."""
+    wait instead (terminating pods will make room); None when preemption cannot help.
+    `running`: `Running.of(bound, groups)`, when the caller keeps it for a whole cycle."""
     if not may_preempt(group):
         return None
-    terminating = [p for p in bound if p.holds_resources and p.deleting]
-    world = _World(snapshot, devices, allocated_now, claim_users(bound), terminating)
+    if running is None:
+        running = Running.of(bound, groups)
+    terminating = running.terminating
+    if not terminating and running.lowest >= min(group.priority, SYSTEM_CRITICAL):
+        return None  # nothing terminates and nothing runs below it
+    world = _World(snapshot, devices, allocated_now, running.claim_users, terminating)
     if terminating and world.fits(group, [], blocked):
         return f"waiting for {len(terminating)} terminating pod(s) to make room"
-    units = [
-        u
-        for u in victim_units([p for p in bound if not p.deleting], groups)
-        if u.priority < group.priority and u.priority < SYSTEM_CRITICAL
-    ]
+    units = [u for u in running.units if u.priority < group.priority and u.priority < SYSTEM_CRITICAL]
     if not units or not world.fits(group, [p for u in units for p in u.pods], blocked):
         return None  # not even evicting every candidate makes room
     n = len(snapshot.nodes)
