@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from gangsched import __version__
-from gangsched.model import DEFAULT_SCHEDULER_NAME
+from gangsched.model import DEFAULT_SCHEDULER_NAME, PodGroupApi
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -54,7 +54,8 @@ def simulate(
     """Plan offline: where would gangsched put the pending pods in PATHS?
 
     PATHS are YAML/JSON files or directories holding Nodes, Pods (bound ones are load),
-    PodGroups and PriorityClasses. Exit 0 whenever the input parsed, 2 when it did not.
+    PodGroups (gangsched's and Kubernetes' scheduling.k8s.io/v1alpha2) and PriorityClasses.
+    Exit 0 whenever the input parsed, 2 when it did not.
     """
     from gangsched import simulate as sim
 
@@ -66,6 +67,13 @@ def simulate(
     if inputs.skipped:
         kinds = ", ".join(f"{kind} ({count})" for kind, count in sorted(inputs.skipped.items()))
         click.echo(f"warning: skipped objects of unsupported kinds: {kinds}", err=True)
+    for group in inputs.shadowed:
+        click.echo(
+            f"warning: PodGroup {group.namespace}/{group.name}: both {PodGroupApi.GANGSCHED.api_version} "
+            f"and {group.api.api_version} have it; gangsched schedules its own and not the native one "
+            "(whose pods wait alone): rename one of them",
+            err=True,
+        )
     for group in inputs.pod_groups:
         if group.ignored_priority is not None:
             click.echo(
@@ -426,7 +434,9 @@ def explain(
     Reads the cluster and runs gangsched's engine on it as the scheduler would: the nodes per
     reason, the domains closest to holding the gang and what limits them, and the smallest
     change that would make it fit now (fewer pods, Preferred instead of Required, a
-    toleration, preempting lower-priority gangs, waiting for terminating pods).
+    toleration, preempting lower-priority gangs, waiting for terminating pods). NAME is a
+    PodGroup of gangsched's API or Kubernetes' own (scheduling.k8s.io/v1alpha2); when both
+    have one of that name, gangsched's (the one it schedules) is explained.
 
     Exit 0 when every pod of the group is bound, 1 when it waits, 2 on bad input (a malformed
     name, no such PodGroup, no cluster to ask).
@@ -506,21 +516,26 @@ def top(
     """GPUs used and free per topology domain (zone, block, rack), and which gangs hold them.
 
     Gangs with pods not yet bound are listed below, with the reason their PodGroup gives.
-    Exit 0, or 2 when the cluster cannot be read.
+    PodGroups of both APIs count; Kubernetes' own (scheduling.k8s.io/v1alpha2) are marked
+    "(native)". Exit 0, or 2 when the cluster cannot be read.
     """
     import time
 
     from gangsched import occupancy
-    from gangsched.cluster.read import ClusterError, read_cluster
+    from gangsched.cluster.read import ClusterError, read_cluster, serves_native_pod_groups
 
     keys = _levels_option(levels)
     api = _connect(kubeconfig, context)
     tty = sys.stdout.isatty()
     try:
         with api:
+            try:
+                native = serves_native_pod_groups(api)  # asked once, not on every refresh
+            except ClusterError as exc:
+                _fail(str(exc))
             while True:
                 try:
-                    cache = read_cluster(api, dra=False)
+                    cache = read_cluster(api, dra=False, native=native)
                 except ClusterError as exc:
                     _fail(str(exc))
                 pods = cache.pods_for_engine()
@@ -529,6 +544,7 @@ def top(
                     scheduler_name=scheduler_name,
                     resource=resource,
                     statuses={key: cache.last_status(key) for key in cache.pod_groups},
+                    apis={key: group.api for key, group in cache.pod_groups.items()},
                 )
                 occ = occupancy.build(
                     list(cache.nodes.values()), pods, levels=keys, resource=resource, waiting=waiting

@@ -8,6 +8,10 @@ does). This module only parses the name, looks the PodGroup up and renders the a
 - waiting: the engine's reason, the nodes per reason ("6/32 nodes are available: 26
   Insufficient nvidia.com/gpu."), the domains closest to holding it and what limits each,
   and the smallest change that would make it fit now, then the others; exit 1.
+
+Either API's PodGroup is explained the same way: gangsched's CRD or Kubernetes' own
+scheduling.k8s.io/v1alpha2 PodGroup. When both have one of that name, gangsched's is the one
+the operator schedules, so it is the one explained, and one line says the other exists.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from kubernetes import client
 from gangsched.cluster.read import FoundPodGroup, find_pod_group, read_cluster, read_members
 from gangsched.engine.explain import DomainFit
 from gangsched.engine.whatif import Analysis, Change, analyse
-from gangsched.model import DEFAULT_SCHEDULER_NAME, Node, Reason
+from gangsched.model import DEFAULT_SCHEDULER_NAME, Node, PodGroupApi, Reason
 
 EXIT_SCHEDULED = 0
 EXIT_WAITING = 1
@@ -60,6 +64,9 @@ class Report:
     found: FoundPodGroup
     analysis: Analysis
     nodes: Mapping[str, Node]
+    # The apiVersion of the native PodGroup of the same namespace/name as gangsched's explained
+    # one, when one exists (the operator schedules gangsched's and warns on the native one).
+    name_clash: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -83,9 +90,12 @@ def explain(
     found = find_pod_group(api, namespace, name, cache.priority_classes)
     if found is None:
         raise BadInputError(f"PodGroup {namespace}/{name} not found")
-    read_members(api, cache, namespace, name)
+    read_members(api, cache, namespace, name, found.group.api)
     groups = dict(cache.pod_groups)
-    groups[found.group.key] = found.group  # the native API's groups are not in the cache's LIST
+    groups[found.group.key] = found.group  # as just read (the LIST may be a moment older)
+    # Ours is looked up first: a native PodGroup of the same name is the one not scheduled.
+    native = PodGroupApi.NATIVE
+    clash = not found.group.is_native and cache.pod_group_of(found.group.key, native) is not None
     analysis = analyse(
         nodes=list(cache.nodes.values()),
         pods=cache.pods_for_engine(),
@@ -95,7 +105,7 @@ def explain(
         dra=cache.devices.objects(time.monotonic()),
         budgets=list(cache.budgets.values()),
     )
-    return Report(found, analysis, dict(cache.nodes))
+    return Report(found, analysis, dict(cache.nodes), native.api_version if clash else None)
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -129,8 +139,31 @@ def _counts(report: Report) -> dict[str, int]:
     return {"total": len(members), "bound": bound, "pending": len(members) - bound}
 
 
+def _condition(report: Report) -> dict[str, str] | None:
+    """The PodGroupScheduled condition of the PodGroup's status (both APIs write it)."""
+    for cond in report.found.status.get("conditions") or ():
+        if isinstance(cond, Mapping) and cond.get("type") == "PodGroupScheduled":
+            return {k: str(cond.get(k) or "") for k in ("status", "reason", "message")}
+    return None
+
+
 def _phase(report: Report) -> str:
-    return str(report.found.status.get("phase") or "")
+    """status.phase; a native PodGroup has none: its PodGroupScheduled condition's reason."""
+    phase = str(report.found.status.get("phase") or "")
+    if not phase and report.found.group.is_native:
+        cond = _condition(report)
+        phase = cond["reason"] if cond is not None else ""
+    return phase
+
+
+def _clash_line(report: Report) -> str | None:
+    if report.name_clash is None:
+        return None
+    ns, name = report.key
+    return (
+        f"a {report.name_clash} PodGroup {ns}/{name} exists too: gangsched schedules this one and "
+        "warns on that one (PodGroupNameClash); rename one of them"
+    )
 
 
 def _domain_json(d: DomainFit) -> dict[str, Any]:
@@ -163,6 +196,9 @@ def to_json(report: Report) -> dict[str, Any]:
         would = {"domain": decision.domain, "nodes": dict(sorted(nodes.items()))}
     return {
         "podGroup": {"apiVersion": report.found.api_version, "namespace": a.key[0], "name": a.key[1]},
+        "nameClash": None
+        if report.name_clash is None
+        else {"apiVersion": report.name_clash, "namespace": a.key[0], "name": a.key[1]},
         "scheduled": a.scheduled,
         "phase": _phase(report),
         "minCount": spec.min_count if spec is not None else None,
@@ -202,9 +238,14 @@ def to_text(report: Report) -> str:
                 + ", ".join(f"{c.key} {c.mode.value}" for c in spec.scheduling_constraints.topology)
             )
     facts.append(f"{_plural(counts['total'], 'pod')}: {counts['bound']} bound, {counts['pending']} pending")
-    if _phase(report):
+    if report.found.status.get("phase"):
         facts.append(f"phase {_phase(report)}")
+    elif report.found.group.is_native and (cond := _condition(report)) is not None:
+        facts.append(f"PodGroupScheduled {cond['status']}/{cond['reason']}")
     lines.append("  " + "; ".join(facts))
+    clash = _clash_line(report)
+    if clash:
+        lines.append("  " + clash)
     if a.scheduled:
         lines.append("")
         lines.append("where it went:")

@@ -3,10 +3,12 @@
 
 An `Occupancy` is built from the model's Nodes and Pods (`build`): per node its GPUs
 (allocatable of every resource named like a GPU, e.g. nvidia.com/gpu, or one resource of the
-user's choice), those bound pods request, and per holder (a PodGroup namespace/name; pods of
-no PodGroup together as `OTHER`). Domains are the paths of the node label values of
-`levels` (outermost first), as the engine forms them: rack r1 of block b0 and rack r1 of
-block b1 are two racks. Gangs still waiting are listed apart (`Waiting`).
+user's choice), those bound pods request, and per holder (a PodGroup namespace/name, of
+either API: a native scheduling.k8s.io/v1alpha2 PodGroup's carries `NATIVE_MARK`, and in
+JSON `"api": "native"`; pods of no PodGroup together as `OTHER`). Domains are the paths of
+the node label values of `levels` (outermost first), as the engine forms them: rack r1 of
+block b0 and rack r1 of block b1 are two racks. Gangs still waiting are listed apart
+(`Waiting`).
 
 Rendered as text (one line per domain, indented per level) and JSON here, as a picture by
 `gangsched.plot`.
@@ -19,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangsched.model import Node, Pod
+from gangsched.model import Node, Pod, PodGroupApi
 
 # The topology label keys of the demo and the examples (docs/placement.md), outermost first;
 # `default_levels` keeps those the nodes carry.
@@ -28,6 +30,9 @@ DEFAULT_LEVEL_KEYS = ("topology.kubernetes.io/zone", "example.com/block", "examp
 OTHER = "(other pods)"
 # The shown value of a level label a node lacks.
 MISSING = "-"
+# After the namespace/name of a native (scheduling.k8s.io/v1alpha2) PodGroup: the two APIs
+# may each have a PodGroup of one name, and they are different gangs.
+NATIVE_MARK = " (native)"
 
 
 def is_gpu(resource: str) -> bool:
@@ -51,7 +56,7 @@ class NodeUse:
 class Waiting:
     """A gang (or a pod of no PodGroup) with pods not placed."""
 
-    name: str  # namespace/name
+    name: str  # namespace/name (with NATIVE_MARK for a native PodGroup)
     pods: int
     units: int  # what its pending pods ask of the resource
     reason: str = ""
@@ -141,8 +146,22 @@ def _units(requests: Mapping[str, int], resource: str | None) -> int:
     return requests.get(resource, 0) // 1000
 
 
+def group_label(namespace: str, name: str, api: PodGroupApi = PodGroupApi.GANGSCHED) -> str:
+    """How a PodGroup is named as a holder or a waiting gang: namespace/name, marked when native."""
+    return f"{namespace}/{name}" + (NATIVE_MARK if api is PodGroupApi.NATIVE else "")
+
+
+def parse_label(label: str) -> tuple[str | None, str | None]:
+    """A holder's or waiting gang's label -> (namespace/name or None for OTHER, "native" or None)."""
+    if label == OTHER:
+        return None, None
+    if label.endswith(NATIVE_MARK):
+        return label[: -len(NATIVE_MARK)], PodGroupApi.NATIVE.value
+    return label, None
+
+
 def holder(pod: Pod) -> str:
-    return f"{pod.namespace}/{pod.pod_group}" if pod.pod_group else OTHER
+    return group_label(pod.namespace, pod.pod_group, pod.pod_group_api) if pod.pod_group else OTHER
 
 
 def build(
@@ -226,10 +245,20 @@ def to_text(occ: Occupancy, *, waiting: bool = True) -> str:
     return "\n".join(lines)
 
 
+def _named(label: str) -> dict[str, Any]:
+    """A holder's or waiting gang's name for JSON: a native PodGroup's name without the mark,
+    and "api": "native" (absent for gangsched's PodGroups and other pods)."""
+    group, api = parse_label(label)
+    out: dict[str, Any] = {"name": group or label}
+    if api is not None:
+        out["api"] = api
+    return out
+
+
 def to_json(occ: Occupancy) -> dict[str, Any]:
     def held(holders: Mapping[str, int]) -> list[dict[str, Any]]:
         return [
-            {"podGroup": name if name != OTHER else None, "name": name, "used": units}
+            {"podGroup": parse_label(name)[0], **_named(name), "used": units}
             for name, units in sorted(holders.items(), key=lambda kv: (-kv[1], kv[0]))
         ]
 
@@ -261,7 +290,13 @@ def to_json(occ: Occupancy) -> dict[str, Any]:
             for n in occ.nodes
         ],
         "waiting": [
-            {"name": w.name, "pods": w.pods, "units": w.units, "reason": w.reason, "message": w.message}
+            {
+                **_named(w.name),
+                "pods": w.pods,
+                "units": w.units,
+                "reason": w.reason,
+                "message": w.message,
+            }
             for w in occ.waiting
         ],
     }
@@ -284,20 +319,27 @@ def pending_gangs(
     scheduler_name: str,
     resource: str | None = None,
     statuses: Mapping[tuple[str, str], Mapping[str, Any] | None] | None = None,
+    apis: Mapping[tuple[str, str], PodGroupApi] | None = None,
 ) -> list[Waiting]:
     """The groups (and pods of no PodGroup) with pods of `scheduler_name` not bound yet, with
-    the PodGroupScheduled condition their status carries (from `statuses`, by PodGroup key)."""
-    pending: dict[tuple[str, str], list[Pod]] = {}
+    the PodGroupScheduled condition their status carries (from `statuses`, by PodGroup key).
+    Pods naming a PodGroup of either API are grouped per API; `apis` (by PodGroup key) says
+    which API's PodGroup `statuses` holds, so pods naming the other API's get no status."""
+    pending: dict[tuple[str, str, str], list[Pod]] = {}
     for pod in pods:
         if pod.scheduler_name != scheduler_name or pod.node_name or pod.terminal or pod.deleting:
             continue
-        key = (pod.namespace, pod.pod_group or pod.name)
+        api = pod.pod_group_api.value if pod.pod_group else ""
+        key = (pod.namespace, pod.pod_group or pod.name, api)
         pending.setdefault(key, []).append(pod)
     out = []
     for key in sorted(pending):
+        ns, name, _ = key
         members = pending[key]
-        reason, message = _condition((statuses or {}).get(key)) if members[0].pod_group else ("", "")
-        out.append(
-            Waiting(f"{key[0]}/{key[1]}", len(members), waiting_units(members, resource), reason, message)
-        )
+        first = members[0]
+        reason, message = "", ""
+        if first.pod_group and (apis is None or apis.get((ns, name)) is first.pod_group_api):
+            reason, message = _condition((statuses or {}).get((ns, name)))
+        label = group_label(ns, name, first.pod_group_api)
+        out.append(Waiting(label, len(members), waiting_units(members, resource), reason, message))
     return out

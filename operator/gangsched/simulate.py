@@ -3,6 +3,12 @@
 Reading is strict where a mistake would silently change the answer (bad quantities,
 malformed objects, invalid PodGroups exit 2 naming the file and document) and lenient
 where it cannot (unsupported kinds are skipped with one warning line).
+
+PodGroups of both APIs are read: gangsched's (scheduling.gangsched.io/v1alpha1) and
+Kubernetes' own (scheduling.k8s.io/v1alpha2, whose pods name it in
+spec.schedulingGroup.podGroupName). As in the operator, when both have a PodGroup of one
+namespace/name gangsched's is scheduled and the native one is left out (`Inputs.shadowed`,
+one warning line); its pods then wait alone.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from gangsched.model import (
     Node,
     Pod,
     PodGroup,
+    PodGroupApi,
     PriorityClasses,
+    parse_native_pod_group,
     parse_node,
     parse_pod,
     parse_pod_group,
@@ -40,7 +48,7 @@ from gangsched.model.dra import (
     parse_resource_claim_template,
     parse_resource_slice,
 )
-from gangsched.occupancy import Occupancy, Waiting, build, waiting_units
+from gangsched.occupancy import Occupancy, Waiting, build, group_label, waiting_units
 
 # The C loader is ~10x faster on big inputs; fall back when libyaml is absent.
 _YamlLoader: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -63,6 +71,8 @@ class Inputs:
     claims: list[ResourceClaim] = field(default_factory=list)
     claim_templates: list[ResourceClaimTemplate] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
+    # Native PodGroups named like one of gangsched's (which is scheduled instead).
+    shadowed: list[PodGroup] = field(default_factory=list)
 
     def dra(self) -> DraObjects | None:
         """The DRA objects, with one claim per pod and template entry as the resourceclaim
@@ -140,6 +150,16 @@ def _objects(doc: Any) -> Iterator[Mapping[str, Any]]:
     yield doc
 
 
+def _pod_group_api(obj: Mapping[str, Any]) -> PodGroupApi | None:
+    """The API of a PodGroup object by its apiVersion; None for another group or version."""
+    version = str(obj.get("apiVersion", ""))
+    if version.startswith(GROUP + "/"):
+        return PodGroupApi.GANGSCHED
+    if version == PodGroupApi.NATIVE.api_version:
+        return PodGroupApi.NATIVE
+    return None
+
+
 def _name_of(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
@@ -161,7 +181,7 @@ def load(paths: Sequence[Path]) -> Inputs:
                         priorities.set(parse_priority_class(obj))
                     elif (
                         kind in ("Node", "Pod")
-                        or (kind == "PodGroup" and str(obj.get("apiVersion", "")).startswith(GROUP + "/"))
+                        or (kind == "PodGroup" and _pod_group_api(obj) is not None)
                         or (kind in _DRA_KINDS and str(obj.get("apiVersion", "")).startswith(DRA_GROUP + "/"))
                     ):
                         raw.append((where, obj))
@@ -201,10 +221,12 @@ def load(paths: Sequence[Path]) -> Inputs:
                 key = (kind, *template.key)
                 inputs.claim_templates.append(template)
             else:
-                group = parse_pod_group(obj, priorities=priorities)
+                api = _pod_group_api(obj)
+                parser = parse_native_pod_group if api is PodGroupApi.NATIVE else parse_pod_group
+                group = parser(obj, priorities=priorities)
                 if group.spec_error is not None:
                     raise ModelError(group.spec_error)
-                key = (kind, *group.key)
+                key = (f"{group.api.api_version} {kind}", *group.key)
                 inputs.pod_groups.append(group)
             if key in seen:
                 raise ModelError(f"duplicate of the {kind} in {seen[key]}")
@@ -213,6 +235,10 @@ def load(paths: Sequence[Path]) -> Inputs:
             raise InputError(f"{where}: {kind} {_name_of(obj)}: {exc}") from None
         except (TypeError, AttributeError, ValueError) as exc:  # a shape the parsers did not foresee
             raise InputError(f"{where}: {kind} {_name_of(obj)}: malformed object: {exc}") from None
+    # One PodGroup per namespace/name, as the operator's cache resolves it: gangsched's wins.
+    ours = {g.key for g in inputs.pod_groups if not g.is_native}
+    inputs.shadowed = [g for g in inputs.pod_groups if g.is_native and g.key in ours]
+    inputs.pod_groups = [g for g in inputs.pod_groups if not (g.is_native and g.key in ours)]
     return inputs
 
 
@@ -311,9 +337,12 @@ def occupancy(inputs: Inputs, result: CycleResult, *, levels: Sequence[str] | No
     """GPUs per topology domain once the simulated placements are made (`--plot`): the bound
     pods and the placed ones, and the groups left unplaced."""
     placed = {pod.key: node for pod, node, _ in result.pods if node}
+    apis = {g.key: g.api for g in inputs.pod_groups}
     waiting = [
         Waiting(
-            name=f"{d.namespace}/{d.name}",
+            name=group_label(d.namespace, d.name, apis.get(d.key, PodGroupApi.GANGSCHED))
+            if d.is_pod_group
+            else f"{d.namespace}/{d.name}",
             pods=len(d.pending),
             units=waiting_units(d.pending, None),
             reason=d.reason.value,

@@ -11,7 +11,16 @@ import yaml
 from click.testing import CliRunner, Result
 
 from gangsched.cli import main
-from gangsched_testing.builders import GPU, Manifest, node_manifest, pod_group_manifest, pod_manifest
+from gangsched_testing.builders import (
+    GPU,
+    RACK,
+    Manifest,
+    native_pod_group_manifest,
+    native_pod_manifest,
+    node_manifest,
+    pod_group_manifest,
+    pod_manifest,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,6 +39,13 @@ def node(name: str, *, cpu: str = "32", **options: Any) -> Manifest:
 def pod(name: str, *, gpu: int = 1, **options: Any) -> Manifest:
     """This file's pods: a cpu request, and `gpu` GPUs as a limit only, an int as YAML has it."""
     return pod_manifest(name, memory=None, image="img", limits={GPU: gpu} if gpu else None, **options)
+
+
+def native_pod(name: str, group: str, *, gpu: int = 1, **options: Any) -> Manifest:
+    """This file's pods, joining native PodGroup `group` through spec.schedulingGroup."""
+    return native_pod_manifest(
+        name, group, memory=None, image="img", limits={GPU: gpu} if gpu else None, **options
+    )
 
 
 def write(path: Path, *docs: Any) -> Path:
@@ -332,8 +348,10 @@ def test_unsupported_kinds_give_one_warning_line(tmp_path: Path) -> None:
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d1"}},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d2"}},
-        # The native v1.36 PodGroup is another API: not read as a gangsched one.
-        {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": {"name": "g"}},
+        # Kubernetes' Workload and another project's PodGroup are not read; the native
+        # scheduling.k8s.io/v1alpha2 PodGroup is (below).
+        {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "Workload", "metadata": {"name": "w"}},
+        {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"}},
         pod_group_manifest("g", min_count=1),
         pod("g-0", group="g"),
     )
@@ -342,9 +360,98 @@ def test_unsupported_kinds_give_one_warning_line(tmp_path: Path) -> None:
     warning = result.stderr.splitlines()
     assert len(warning) == 1, result.stderr
     assert warning[0].startswith("warning:")
-    for kind in ("Service", "Deployment", "scheduling.k8s.io/v1alpha2/PodGroup"):
+    for kind in ("Service", "Deployment", "scheduling.k8s.io/v1alpha2/Workload", "scheduling.x-k8s.io"):
         assert kind in warning[0]
+    assert "scheduling.k8s.io/v1alpha2/PodGroup" not in warning[0]
     assert json.loads(result.stdout)["pods"][0]["node"] == "n1"
+
+
+# --------------------------------------------------------------------------- native PodGroups
+
+
+def racked(count: int, racks: int) -> list[Manifest]:
+    """`count` 8-GPU nodes, n0 ..., spread over `racks` racks r0 ... in order."""
+    per = count // racks
+    return [node(f"n{i}", labels={RACK: f"r{i // per}"}) for i in range(count)]
+
+
+def test_native_pod_groups_are_read_and_their_members_placed_like_the_operator_does(tmp_path: Path) -> None:
+    # Two racks of two 8-GPU nodes: the native gang of 2 x 8 GPUs needs one whole rack
+    # (its one level is always Required), so it takes r1, the rack gangsched's one leaves.
+    write(
+        tmp_path / "in.yaml",
+        *racked(4, 2),
+        pod("busy", gpu=8, node_name="n0", scheduler=None),
+        native_pod_group_manifest("nat", 2, topology_key=RACK),
+        *(native_pod(f"nat-{i}", "nat", gpu=8) for i in range(2)),
+    )
+    result = simulate(tmp_path, "-o", "json")
+    assert (result.exit_code, result.stderr) == (0, ""), result.output
+    out = json.loads(result.stdout)
+    assert all(set(row) == GROUP_KEYS for row in out["podGroups"])
+    [group] = out["podGroups"]
+    assert (group["namespace"], group["name"], group["scheduled"]) == ("ml", "nat", True)
+    assert {p["name"]: p["node"] for p in out["pods"]} == {"nat-0": "n2", "nat-1": "n3"}
+    assert {p["podGroup"] for p in out["pods"]} == {"nat"}
+    text = simulate(tmp_path).stdout
+    assert "ml/nat-0" in text
+    assert "2/2 pending pods placed; 1 pod groups" in text
+
+
+def test_a_native_gang_that_cannot_fit_its_rack_waits_whole(tmp_path: Path) -> None:
+    write(
+        tmp_path / "in.yaml",
+        *racked(4, 2),
+        native_pod_group_manifest("big", 3, topology_key=RACK),
+        *(native_pod(f"big-{i}", "big", gpu=8) for i in range(3)),
+    )
+    out = simulate_json(tmp_path)
+    assert [p["node"] for p in out["pods"]] == [None, None, None]
+    [group] = out["podGroups"]
+    assert (group["scheduled"], group["reason"]) == (False, "Unschedulable")
+    assert "nodes eligible" in group["message"]
+
+
+def test_native_members_need_their_native_pod_group(tmp_path: Path) -> None:
+    # A pod naming a native PodGroup is no member of gangsched's PodGroup of that name: it
+    # waits alone, as in the operator.
+    write(tmp_path / "in.yaml", node("n1"), pod_group_manifest("g", 1), native_pod("g-0", "g"))
+    out = simulate_json(tmp_path)
+    assert [p["node"] for p in out["pods"]] == [None]
+    assert out["podGroups"] == []
+    assert "ml/g-0  g         <pending: PodGroupNotFound>" in simulate(tmp_path).stdout
+    # Without any PodGroup of that name: not found, as for ours.
+    write(tmp_path / "in.yaml", node("n1"), native_pod("lost-0", "lost"))
+    [group] = simulate_json(tmp_path)["podGroups"]
+    assert group["reason"] == "PodGroupNotFound"
+
+
+def test_a_name_both_apis_use_schedules_gangsched_s_and_warns(tmp_path: Path) -> None:
+    write(
+        tmp_path / "in.yaml",
+        node("n1"),
+        pod_group_manifest("dup", 1),
+        native_pod_group_manifest("dup", 1),
+        pod("ours-0", group="dup"),
+        native_pod("theirs-0", "dup"),
+    )
+    result = simulate(tmp_path, "-o", "json")
+    assert result.exit_code == 0, result.output
+    [warning] = result.stderr.splitlines()
+    assert warning.startswith("warning: PodGroup ml/dup: both scheduling.gangsched.io/v1alpha1 and ")
+    assert "scheduling.k8s.io/v1alpha2" in warning
+    nodes = {p["name"]: p["node"] for p in json.loads(result.stdout)["pods"]}
+    assert nodes == {"ours-0": "n1", "theirs-0": None}
+
+
+def test_an_invalid_native_pod_group_is_an_input_error(tmp_path: Path) -> None:
+    bad = native_pod_group_manifest("g", 2)
+    bad["spec"]["schedulingConstraints"] = {"topology": [{"key": RACK, "mode": "Preferred"}]}
+    write(tmp_path / "in.yaml", node("n1"), bad)
+    result = simulate(tmp_path)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert "PodGroup g: spec.schedulingConstraints.topology[0].mode" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 # --------------------------------------------------------------------------- invalid input

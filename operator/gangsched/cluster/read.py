@@ -2,15 +2,16 @@
 explain`, `gangsched top`).
 
 `read_cluster` lists what the operator's watches carry (PriorityClasses first, then Nodes,
-unfinished Pods, PodGroups, PodDisruptionBudgets and, where the API serves them, the DRA
-objects) into a `ClusterCache` through the very methods the watches feed it with, so the
-engine is given what the running scheduler would give it (minus what lives only in the
+unfinished Pods, PodGroups of both APIs, PodDisruptionBudgets and, where the API serves them,
+the DRA objects) into a `ClusterCache` through the very methods the watches feed it with, so
+the engine is given what the running scheduler would give it (minus what lives only in the
 operator's memory: assumed bindings, anti-starvation reservations, preemption nominations).
+Kubernetes' own PodGroups (`scheduling.k8s.io/v1alpha2`) are listed where the API serves
+them (`serves_native_pod_groups`, one discovery GET); the cache resolves a name both APIs
+use as the operator does (gangsched's wins, the native one is `shadowed`).
 
 `find_pod_group` looks one PodGroup up by namespace/name: gangsched's CRD first, then
-Kubernetes' own `scheduling.k8s.io/v1alpha2` PodGroups. Each API is one `PodGroupSource`;
-a native PodGroup is parsed only once `gangsched.model` has a parser for it
-(`NATIVE_POD_GROUP_PARSER`), until then it counts as not found.
+Kubernetes' own `scheduling.k8s.io/v1alpha2` PodGroups. Each API is one `PodGroupSource`.
 
 Every failure to connect or read is a `ClusterError` with a one-line message.
 """
@@ -38,18 +39,18 @@ from gangsched.model import (
     PLURAL,
     POD_GROUP_LABEL,
     VERSION,
+    ModelError,
     PodGroup,
+    PodGroupApi,
     PriorityClasses,
 )
+from gangsched.model.pod import pod_group_of
 from gangsched.transport import error_message
 
 # Seconds one request may take: a command line must not hang on an unreachable cluster.
 REQUEST_TIMEOUT = 20.0
 
-NATIVE_GROUP_VERSION = "scheduling.k8s.io/v1alpha2"
-# The function of gangsched.model that turns a native PodGroup into the model's PodGroup
-# (`parser(body, priorities=...) -> PodGroup`); absent until the model supports that API.
-NATIVE_POD_GROUP_PARSER = "parse_native_pod_group"
+NATIVE_GROUP_VERSION = PodGroupApi.NATIVE.api_version
 
 
 class ClusterError(Exception):
@@ -126,8 +127,17 @@ def _list(
         raise _failure(api, what, exc) from None
 
 
-def read_cluster(api: client.ApiClient, *, dra: bool = True) -> ClusterCache:
-    """The cluster as the operator's cache would hold it after its first LISTs."""
+def serves_native_pod_groups(api: client.ApiClient) -> bool:
+    """Does the API serve podgroups in scheduling.k8s.io/v1alpha2 (alpha in 1.36)? One
+    discovery GET; a 404 (the group/version is not served) is a plain no."""
+    found = get(api, f"/apis/{NATIVE_GROUP_VERSION}", what=f"discover {NATIVE_GROUP_VERSION}")
+    resources = (found or {}).get("resources") or []
+    return any(isinstance(r, Mapping) and r.get("name") == PLURAL for r in resources)
+
+
+def read_cluster(api: client.ApiClient, *, dra: bool = True, native: bool | None = None) -> ClusterCache:
+    """The cluster as the operator's cache would hold it after its first LISTs. Native
+    PodGroups are listed when `native` (None: when the API serves them, asked once here)."""
     cache = ClusterCache()
     for item in _list(api, "/apis/scheduling.k8s.io/v1/priorityclasses", what="list priorityclasses"):
         cache.apply_priority_class("LISTED", item)
@@ -137,7 +147,15 @@ def read_cluster(api: client.ApiClient, *, dra: bool = True) -> ClusterCache:
     for item in _list(api, "/api/v1/pods", what="list pods", query=query):
         cache.apply_pod("LISTED", item)
     for item in _list(api, f"/apis/{GROUP}/{VERSION}/{PLURAL}", what=f"list {PLURAL}.{GROUP}"):
-        cache.apply_pod_group("LISTED", item)
+        cache.apply_pod_group("LISTED", item, PodGroupApi.GANGSCHED)
+    if native is None:
+        native = serves_native_pod_groups(api)
+    if native:
+        cache.native_pod_groups = True
+        path = f"/apis/{NATIVE_GROUP_VERSION}/{PLURAL}"
+        # Optional: a user who may not list them still gets gangsched's PodGroups explained.
+        for item in _list(api, path, what=f"list {PodGroupApi.NATIVE.resource}", optional=True):
+            cache.apply_pod_group("LISTED", item, PodGroupApi.NATIVE)  # LIST items carry no apiVersion
     budgets = _list(api, "/apis/policy/v1/poddisruptionbudgets", what="list pdbs", optional=True)
     for item in budgets:
         cache.apply_budget("LISTED", item)
@@ -149,12 +167,35 @@ def read_cluster(api: client.ApiClient, *, dra: bool = True) -> ClusterCache:
     return cache
 
 
-def read_members(api: client.ApiClient, cache: ClusterCache, namespace: str, name: str) -> None:
-    """Add the group's finished pods (the LIST of unfinished pods leaves them out)."""
-    query = {"labelSelector": f"{POD_GROUP_LABEL}={name}"}
-    for item in _list(api, f"/api/v1/namespaces/{namespace}/pods", what="list pods", query=query):
-        if (item.get("status") or {}).get("phase") in model.TERMINAL_PHASES:
-            cache.apply_pod("LISTED", item)
+def _names_group(item: Mapping[str, Any], name: str, group_api: PodGroupApi) -> bool:
+    try:
+        group, of = pod_group_of(item.get("spec") or {}, (item.get("metadata") or {}).get("labels") or {})
+    except ModelError:
+        return False
+    return group == name and of is group_api
+
+
+def read_members(
+    api: client.ApiClient,
+    cache: ClusterCache,
+    namespace: str,
+    name: str,
+    group_api: PodGroupApi = PodGroupApi.GANGSCHED,
+) -> None:
+    """Add the group's finished pods (the LIST of unfinished pods leaves them out). Members of
+    a native PodGroup name it in spec.schedulingGroup, which no selector reaches: the
+    namespace's finished pods are listed and its members kept."""
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    if group_api is PodGroupApi.GANGSCHED:
+        queries = [{"labelSelector": f"{POD_GROUP_LABEL}={name}"}]
+    else:
+        queries = [{"fieldSelector": f"status.phase={phase}"} for phase in sorted(model.TERMINAL_PHASES)]
+    for query in queries:
+        for item in _list(api, path, what="list pods", query=query):
+            if (item.get("status") or {}).get("phase") in model.TERMINAL_PHASES and _names_group(
+                item, name, group_api
+            ):
+                cache.apply_pod("LISTED", item)
 
 
 # ------------------------------------------------------------------------- PodGroup lookup
@@ -187,14 +228,14 @@ def crd_pod_group(
 def native_pod_group(
     api: client.ApiClient, namespace: str, name: str, priorities: PriorityClasses
 ) -> FoundPodGroup | None:
-    """Kubernetes' PodGroup (scheduling.k8s.io/v1alpha2), when the API serves it and the
-    model can read it (404 covers both "no such API" and "no such object")."""
-    path = f"/apis/{NATIVE_GROUP_VERSION}/namespaces/{namespace}/podgroups/{name}"
-    body = get(api, path, what=f"get podgroups.{NATIVE_GROUP_VERSION} {namespace}/{name}")
-    parser: Callable[..., PodGroup] | None = getattr(model, NATIVE_POD_GROUP_PARSER, None)
-    if body is None or parser is None:
+    """Kubernetes' PodGroup (scheduling.k8s.io/v1alpha2), when the API serves it (404 covers
+    both "no such API" and "no such object")."""
+    path = f"/apis/{NATIVE_GROUP_VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+    body = get(api, path, what=f"get {PodGroupApi.NATIVE.resource} {namespace}/{name}")
+    if body is None:
         return None
-    return FoundPodGroup(NATIVE_GROUP_VERSION, parser(body, priorities=priorities), body.get("status") or {})
+    group = model.parse_native_pod_group(body, priorities=priorities)
+    return FoundPodGroup(NATIVE_GROUP_VERSION, group, body.get("status") or {})
 
 
 POD_GROUP_SOURCES: tuple[PodGroupSource, ...] = (crd_pod_group, native_pod_group)

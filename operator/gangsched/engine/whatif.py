@@ -14,6 +14,10 @@ fork it measures, with the same code that decides:
   (the largest that fits), Required levels made Preferred (innermost first), a priority high
   enough to preempt (`preemption.find_preemption` with the group's priority raised).
 
+A native PodGroup (scheduling.k8s.io/v1alpha2) cannot be made Preferred: its one level is
+always Required. For it the topology change says so (`RELAX_TOPOLOGY`): drop the constraint,
+or use gangsched's PodGroup, whose level can be Preferred; both are placed to check them.
+
 Nothing is written anywhere: every try runs on forks of the snapshot and devices.
 """
 
@@ -40,7 +44,7 @@ from gangsched.engine.preemption import (
     fork_snapshot,
     place_without,
 )
-from gangsched.engine.queue import gate_group
+from gangsched.engine.queue import belongs, gate_group
 from gangsched.engine.snapshot import BoolArray, Snapshot
 from gangsched.engine.types import GroupDecision, GroupRequest, Preemption, Unit
 from gangsched.model import (
@@ -48,6 +52,7 @@ from gangsched.model import (
     Node,
     Pod,
     PodGroup,
+    PodGroupApi,
     Reason,
     Taint,
     Toleration,
@@ -64,8 +69,10 @@ PREEMPT = "preempt"
 TOLERATION = "toleration"
 MIN_COUNT = "minCount"
 PREFERRED = "preferred"
+# A native PodGroup's one (always Required) level: drop it, or gangsched's PodGroup, Preferred.
+RELAX_TOPOLOGY = "relaxTopology"
 PRIORITY = "priority"
-CHANGE_KINDS = (WAIT_FOR_TERMINATING, PREEMPT, TOLERATION, MIN_COUNT, PREFERRED, PRIORITY)
+CHANGE_KINDS = (WAIT_FOR_TERMINATING, PREEMPT, TOLERATION, MIN_COUNT, PREFERRED, RELAX_TOPOLOGY, PRIORITY)
 
 # Distinct taints tried one at a time for a toleration (the most nodes first).
 MAX_TAINTS = 4
@@ -162,7 +169,9 @@ def analyse(
         before_place=before_place,
     )
     group = next((g for g in pod_groups if g.key == target), None)
-    members = [p for p in pods if (p.namespace, p.pod_group) == target]
+    # Its members as the cycle counts them: pods naming it through its own API (a pod naming
+    # the other API's PodGroup of this name waits alone, `queue.belongs`).
+    members = [p for p in pods if (p.namespace, p.pod_group) == target and belongs(p, group)]
     decision = next((d for d in result.decisions if d.key == target and d.is_pod_group), None)
     analysis = Analysis(target, group, members, decision)
     if decision is None and not analysis.scheduled:
@@ -182,7 +191,9 @@ def analyse(
     analysis.reasons = node_reasons(cap)
     analysis.domains = domain_fits(cap, placer, limit=domains)
     bound = [p for p in pods if p.holds_resources]
-    analysis.changes = _changes(turn, cap, decision, bound, {g.key: g for g in pod_groups}, budgets)
+    native = group is not None and group.is_native
+    groups = {g.key: g for g in pod_groups}
+    analysis.changes = _changes(turn, cap, decision, bound, groups, budgets, native=native)
     return analysis
 
 
@@ -226,6 +237,8 @@ def _changes(
     bound: list[Pod],
     groups: Mapping[Key, PodGroup],
     budgets: Sequence[DisruptionBudget],
+    *,
+    native: bool = False,
 ) -> list[Change]:
     out: list[Change] = []
     out += _terminating(turn, bound)
@@ -233,7 +246,7 @@ def _changes(
         out.append(_planned(decision.preemption))
     out += _tolerations(turn, cap)
     out += _min_count(turn, cap)
-    out += _preferred(turn)
+    out += _native_topology(turn) if native else _preferred(turn)
     if decision.preemption is None:
         out += _priority(turn, cap, bound, groups, budgets)
     return out
@@ -398,6 +411,44 @@ def _preferred(turn: _Turn) -> list[Change]:
     return []
 
 
+def _native_topology(turn: _Turn) -> list[Change]:
+    """A native PodGroup's level is always Required (its API has no mode): the change is to
+    drop the constraint, or to use gangsched's PodGroup with the level Preferred (as few
+    domains as the gang fits in). Said only when one of them makes it fit; the outcome is the
+    Preferred placement when it fits (the closer to what was asked), else the one without."""
+    request = turn.request
+    keys = [c.key for c in request.topology if c.mode == TopologyMode.REQUIRED]
+    if not keys:
+        return []
+    preferred_levels = tuple(c.model_copy(update={"mode": TopologyMode.PREFERRED}) for c in request.topology)
+    preferred = _try(turn, dataclasses.replace(request, topology=preferred_levels))
+    dropped = _try(turn, dataclasses.replace(request, topology=()))
+    decision = preferred or dropped
+    if decision is None:
+        return []
+    spans = _spans(turn.snapshot, decision, keys[-1])
+    ours = PodGroupApi.GANGSCHED.api_version
+    options = []
+    if dropped is not None:
+        options.append("drop the constraint")
+    if preferred is not None:
+        options.append(f"make it Preferred in gangsched's PodGroup ({ours})")
+    return [
+        Change(
+            RELAX_TOPOLOGY,
+            f"topology {', '.join(keys)}: the native API takes only a Required key; " + ", or ".join(options),
+            f"then {_where(decision, spans)}",
+            {
+                "levels": keys,
+                "domain": decision.domain,
+                "dropConstraint": dropped is not None,
+                "preferred": preferred is not None,
+                "preferredApiVersion": ours,
+            },
+        )
+    ]
+
+
 def _spans(snapshot: Snapshot, decision: GroupDecision, key: str) -> str:
     """How many domains of the level `key` a placement uses ("2 racks")."""
     values = {snapshot.nodes[snapshot.index[n]].labels.get(key) for n in decision.assignments.values()}
@@ -459,6 +510,7 @@ def _priority(
 
 __all__ = [
     "CHANGE_KINDS",
+    "RELAX_TOPOLOGY",
     "Analysis",
     "Change",
     "analyse",
