@@ -102,6 +102,8 @@ class Scheduler:
         self.reservations: dict[Key, Reservation] = {}
         self.heartbeat = clock()
         self.cycles = 0
+        # perf_counter() when `run` started (the caches listed), until the first decision.
+        self._started: float | None = None
         self._wake = asyncio.Event()
         self._finished_synced = clock()
         self._claims_scanned = -_CLAIM_SCAN_SECONDS
@@ -118,6 +120,7 @@ class Scheduler:
 
     async def run(self) -> None:
         """Decide until cancelled; an error in one cycle is logged and the loop goes on."""
+        self._started = time.perf_counter()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=1.0)
@@ -179,6 +182,14 @@ class Scheduler:
                 budgets=list(self.cache.budgets.values()),
             )
             self.metrics.engine_seconds.observe(time.perf_counter() - started)
+            if self._started is not None and result.decisions:
+                log.info(
+                    "first decision %.2f s after the caches were listed (%d groups, engine %.2f s)",
+                    time.perf_counter() - self._started,
+                    len(result.decisions),
+                    time.perf_counter() - started,
+                )
+                self._started = None
             self.reservations = {r.owner: r for r in result.reservations}
             self._apply(result, now, seen_generation)
             self.preemptions.review(result.decisions)
