@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from gangsched._rawapi import MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from gangsched.cluster.devices import claim_path
 from gangsched.model import BOUND_FOR_ANNOTATION, GROUP, PLURAL, VERSION, Pod, PodGroup, PodGroupApi
 from gangsched.model.text import printable
-from gangsched.transport import Transport, error_message
+from gangsched.transport import FencedError, Transport, error_message
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,7 @@ class Binder:
         self.bind_delay_seconds = bind_delay_seconds
         # Who wrote an Event (its reportingInstance): the pod name in a Deployment.
         self.instance = instance or f"{COMPONENT}-{uuid.uuid4().hex[:8]}"
+        self._fenced_logged = -1e9  # monotonic time of the last "refused by the fence" line
 
     # ------------------------------------------------------------------ bindings
 
@@ -205,8 +207,7 @@ class Binder:
                 pod, "PodScheduled", "False", "Unschedulable", message, background=True
             )
         except Exception as exc:
-            detail = error_message(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
-            log.warning("could not mark pod %s/%s unschedulable: %s", pod.namespace, pod.name, detail)
+            self._best_effort_failed(f"could not mark pod {pod.namespace}/{pod.name} unschedulable", exc)
 
     async def mark_disruption_target(self, pod: Pod, message: str) -> bool:
         """DisruptionTarget=True, reason PreemptionByScheduler, on a victim before its
@@ -254,15 +255,23 @@ class Binder:
             await self.transport.call(
                 "POST", f"/api/v1/namespaces/{involved['namespace']}/events", body=body, background=True
             )
-        except Exception as exc:  # one line: an ApiException's str() carries every HTTP header
-            detail = error_message(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
-            log.warning(
-                "could not post event %s on %s/%s: %s",
-                reason,
-                involved["namespace"],
-                involved["name"],
-                detail,
+        except Exception as exc:
+            self._best_effort_failed(
+                f"could not post event {reason} on {involved['namespace']}/{involved['name']}", exc
             )
+
+    def _best_effort_failed(self, what: str, exc: BaseException) -> None:
+        """One line per failed best-effort write (an ApiException's str() carries every HTTP
+        header, so only its message); writes refused by the fence, which come in thousands
+        when the Lease goes stale with a backlog queued, one line per 10 s."""
+        if isinstance(exc, FencedError):
+            now = time.monotonic()
+            if now - self._fenced_logged >= 10.0:
+                self._fenced_logged = now
+                log.warning("%s (and any other best-effort write for 10 s): %s", what, exc)
+            return
+        detail = error_message(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
+        log.warning("%s: %s", what, detail)
 
     # ------------------------------------------------------------------ ResourceClaims
 

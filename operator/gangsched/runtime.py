@@ -406,8 +406,10 @@ def _fence(op: Operator) -> None:
 async def _shutdown(op: Operator, runners: list[web.AppRunner]) -> None:
     for task in op.tasks:
         task.cancel()
-    await asyncio.gather(*op.tasks, return_exceptions=True)
+    # The loop's own writes (bindings, Events, statuses) first: once the Lease keeper is gone
+    # the fence refuses them anyway, and a backlog of them would only be refused one by one.
     await op.scheduler.stop()
+    await asyncio.gather(*op.tasks, return_exceptions=True)
     for runner in runners:
         await runner.cleanup()
     if op.session is not None:

@@ -23,6 +23,7 @@ from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.tasks import Tasks
 from gangsched.model import EventReason, PodGroup, Reason
 from gangsched.status import Verdict, build_native_status, build_status, same_status
+from gangsched.transport import FencedError
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,9 @@ class Reporter:
     async def _write(self, key: Key, group: PodGroup, status: dict[str, Any]) -> None:
         try:
             rv = await self.binder.patch_pod_group_status(key[0], key[1], status, group.api)
+        except FencedError:
+            self._dirty.add(key)  # written by whoever leads next; the binder says why, once
+            return
         except Exception as exc:
             log.warning("could not write status of PodGroup %s/%s: %s", *key, exc)
             self._dirty.add(key)
