@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         first_bind = None
         last_count, last_change = -1, time.monotonic()
         try:
-            while time.monotonic() - last_change < 10:
+            # Settled: nothing bound for 10 s once binding began (or 120 s without any bind).
+            while time.monotonic() - last_change < (10 if first_bind is not None else 120):
                 if proc.poll() is not None:
                     raise RuntimeError(f"gangsched exited with {proc.returncode}: {log_path}")
                 listed = request_json(
