@@ -80,14 +80,6 @@ USED_APIS: Final[tuple[ApiUse, ...]] = (
         ("create", "get", "update"),
         "with --leader-elect, the default",
     ),
-    ApiUse(
-        "scheduling.k8s.io/v1alpha2",
-        "PodGroup",
-        "podgroups",
-        ("get",),
-        "gangsched explain, when served: a native PodGroup of that name",
-        used_by="explain",
-    ),
 )
 """What the code uses, verb by verb."""
 
