@@ -29,12 +29,31 @@ class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
 
 
+# Quantity strings parsed before: a cluster spells its requests, limits and capacities with a
+# few dozen strings, and every pod and node event parses several of them (a fifth of the
+# intake's time per pod event before this cache; docs/benchmarks.md "Watch intake"). Bounded,
+# so strings from anywhere cannot grow it without end; errors are not kept.
+_PARSED: dict[str, int] = {}
+_PARSED_MAX = 4096
+
+
 def parse_milli(value: object) -> int:
     """Parse a quantity ("500m", "16Gi", "1e3", 8) into milli-units, rounding up.
 
     Rounding up matches Kubernetes: a request of 0.1m cpu still takes 1m. Anything else
     (negative, NaN, too large for int64 milli-units, not a string or number) is a QuantityError.
     """
+    if type(value) is str:
+        milli = _PARSED.get(value)
+        if milli is None:
+            milli = _parse_milli(value)
+            if len(_PARSED) < _PARSED_MAX:
+                _PARSED[value] = milli
+        return milli
+    return _parse_milli(value)
+
+
+def _parse_milli(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise QuantityError(f"invalid quantity {value!r}")
     try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -86,8 +86,15 @@ class ApiSession:
             return {}
         return {"Authorization": token if token.lower().startswith("bearer ") else f"Bearer {token}"}
 
-    async def get(self, path: str, *, query: Mapping[str, str] | None = None, timeout: float = 60.0) -> Any:
-        """GET `path` and decode the JSON answer; an ApiError for anything but 2xx."""
+    async def get(
+        self,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+        decode: Callable[[bytes], Any] = json.loads,
+    ) -> Any:
+        """GET `path` and `decode` the JSON answer; an ApiError for anything but 2xx."""
         async with self._session.get(
             self.server + path,
             params=dict(query or {}),
@@ -96,7 +103,7 @@ class ApiSession:
         ) as response:
             if response.status >= 300:
                 raise await _error(response)
-            return json.loads(await response.read())
+            return decode(await response.read())
 
     async def request(
         self,

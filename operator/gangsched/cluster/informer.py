@@ -11,7 +11,9 @@ holding capacity, nodes taking bindings) for good. An informer here
 - lists again on 410 Gone (the version it holds was compacted away);
 - backs off exponentially (0.2 s to 5 s) on any error, forever, and says in `WatchHealth`
   since when it has been down, which the liveness probe turns into "unhealthy" past a budget;
-- applies events one at a time in stream order: nothing is lost or reordered.
+- applies events one at a time in stream order: nothing is lost or reordered;
+- decodes with the resource's `cluster.wire` codec: msgspec, and for Pods and Nodes only the
+  fields the model reads (docs/benchmarks.md "Watch intake").
 
 Which kinds use an informer and which stay on kopf handlers is decided in `runtime`; kinds on
 kopf are reconciled by periodic LISTs through the same sinks (`Reconciler`).
@@ -20,7 +22,6 @@ kopf are reconciled by periodic LISTs through the same sinks (`Reconciler`).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import time
@@ -30,6 +31,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from gangsched.cluster.wire import Codec, codec_for
 from gangsched.session import ApiError, ApiSession
 
 log = logging.getLogger(__name__)
@@ -52,11 +54,19 @@ class Sink(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """A watched collection: `kind` names it in logs and health, `path` is its cluster-wide URL."""
+    """A watched collection: `kind` names it in logs and health, `path` is its cluster-wide URL.
+
+    `codec` decodes its LIST pages and watch events; by default the projection `cluster.wire`
+    has for `path` (Pods, Nodes), else every field."""
 
     kind: str
     path: str
     query: Mapping[str, str] = field(default_factory=dict)
+    codec: Codec | None = None
+
+    @property
+    def decoder(self) -> Codec:
+        return self.codec or codec_for(self.path)
 
 
 @dataclass(slots=True)
@@ -126,6 +136,7 @@ class WatchHealth:
 async def list_all(session: ApiSession, resource: Resource) -> tuple[list[Mapping[str, Any]], str]:
     """Every object of `resource` in one consistent (paginated) LIST, and its resourceVersion."""
     items: list[Mapping[str, Any]] = []
+    decode = resource.decoder.page
     token = ""
     resource_version = ""
     while True:
@@ -133,7 +144,7 @@ async def list_all(session: ApiSession, resource: Resource) -> tuple[list[Mappin
         if token:
             query["continue"] = token
         try:
-            page = await session.get(resource.path, query=query)
+            page = await session.get(resource.path, query=query, decode=decode)
         except ApiError as exc:
             if exc.status == 410 and token:  # the continue token expired: start over
                 items, token, resource_version = [], "", ""
@@ -223,8 +234,9 @@ class Informer:
             raise
 
     async def _read(self, response: aiohttp.ClientResponse) -> None:
+        decode = self.resource.decoder.event
         async for line in _lines(response):
-            event = json.loads(line)
+            event = decode(line)
             event_type = event.get("type")
             obj = event.get("object") or {}
             if event_type == "ERROR":
