@@ -61,7 +61,7 @@ test-run: lint typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 ensure-setup: # .venv and the control plane, whichever is missing
-	@if $(TESTING_PATH) $(PY) -c 'import gangsched, gangsched_testing.devcluster, kopf, pytest, mypy, ruff' 2>/dev/null; \
+	@if $(TESTING_PATH) $(PY) -c 'import gangsched.runtime, gangsched_testing.devcluster, kopf, pytest, mypy, ruff' 2>/dev/null; \
 	then $(MAKE) --no-print-directory control-plane; \
 	else echo "make: first use, no $(VENV) with gangsched's test tools: make setup"; $(MAKE) --no-print-directory setup; fi
 
