@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -552,3 +553,19 @@ def test_an_invalid_pod_group_is_kept_with_its_error() -> None:
     assert group.spec is None
     assert group.spec_error is not None
     assert "minCount" in group.spec_error
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"containers": "oops"}, "spec.containers must be a list"),
+        ({"containers": ["a"]}, "spec.containers[0] must be an object"),
+        ({"containers": [{"resources": "x"}]}, "spec.containers[0].resources must be an object"),
+        ({"containers": [], "initContainers": {"a": 1}}, "spec.initContainers must be a list"),
+    ],
+)
+def test_malformed_containers_are_a_model_error(spec: dict[str, object], message: str) -> None:
+    """The cache drops an object the model refuses (ModelError) and goes on; any other
+    exception would fail the watch on it again and again."""
+    with pytest.raises(ModelError, match=re.escape(message)):
+        parse_pod({"metadata": {"name": "p", "namespace": "ml"}, "spec": spec})

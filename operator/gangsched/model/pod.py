@@ -487,8 +487,16 @@ def parse_pod_claims(
         )
     names = {c.name for c in claims}
     for list_name in ("containers", "initContainers"):
-        for i, container in enumerate(spec.get(list_name) or []):
-            used = ((container or {}).get("resources") or {}).get("claims") or []
+        containers = spec.get(list_name) or []
+        if not isinstance(containers, list):
+            raise ModelError(f"spec.{list_name} must be a list")
+        for i, container in enumerate(containers):
+            if not isinstance(container, Mapping):
+                raise ModelError(f"spec.{list_name}[{i}] must be an object")
+            resources = container.get("resources") or {}
+            if not isinstance(resources, Mapping):
+                raise ModelError(f"spec.{list_name}[{i}].resources must be an object")
+            used = resources.get("claims") or []
             for j, ref in enumerate(used if isinstance(used, list) else []):
                 ref_name = ref.get("name") if isinstance(ref, Mapping) else None
                 if ref_name not in names:
