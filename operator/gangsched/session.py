@@ -17,9 +17,11 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import aiohttp
 from kubernetes import client
+from yarl import URL
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +73,9 @@ class ApiSession:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ssl=_ssl_context(configuration)),
             headers={"Accept": "application/json", "User-Agent": user_agent},
+            cookie_jar=aiohttp.DummyCookieJar(),  # the apiserver sets none: skip the jar per request
         )
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     async def close(self) -> None:
         await self._session.close()
@@ -122,16 +126,17 @@ class ApiSession:
         headers = self._headers()
         if body is not None:
             headers["Content-Type"] = content_type
+        # Built once and marked encoded: yarl would otherwise parse and re-quote every URL
+        # (paths are object names the apiserver validated; query values are quoted here).
+        url = self.server + path + ("?" + urlencode(query, quote_via=quote) if query else "")
+        limit = self._timeouts.get(timeout)
+        if limit is None:
+            limit = self._timeouts[timeout] = aiohttp.ClientTimeout(total=timeout)
         async with self._session.request(
-            method,
-            self.server + path,
-            params=dict(query) if query else None,
-            data=body,
-            headers=headers,
-            timeout=aiohttp.ClientTimeout(total=timeout),
+            method, URL(url, encoded=True), data=body, headers=headers, timeout=limit
         ) as response:
             data = await response.read()
-            return Answer(response.status, response.reason or "", dict(response.headers), data)
+            return Answer(response.status, response.reason or "", response.headers, data)
 
     @asynccontextmanager
     async def stream(
