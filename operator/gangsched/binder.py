@@ -147,7 +147,7 @@ class Binder:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
         body = binding_body(pod, node, group_uid=group_uid)
         try:
-            await self.transport.call("POST", path, body=body, delay=self.bind_delay_seconds)
+            await self.transport.call("POST", path, body=body, delay=self.bind_delay_seconds, answer=False)
         except ApiException as exc:
             if exc.status == 409:
                 log.warning("binding %s/%s: conflict: %s", pod.namespace, pod.name, error_message(exc))
@@ -253,7 +253,11 @@ class Binder:
         )
         try:
             await self.transport.call(
-                "POST", f"/api/v1/namespaces/{involved['namespace']}/events", body=body, background=True
+                "POST",
+                f"/api/v1/namespaces/{involved['namespace']}/events",
+                body=body,
+                background=True,
+                answer=False,
             )
         except Exception as exc:
             self._best_effort_failed(

@@ -176,12 +176,20 @@ class Transport:
         body: Any = None,
         content_type: str = "application/json",
         background: bool = False,
+        answer: bool = True,
     ) -> Any:
-        """One request with retries on transient failures; raises ApiException otherwise."""
+        """One request with retries on transient failures; raises ApiException otherwise.
+        `answer=False`: the caller does not read the answer, so it is not decoded (None)."""
         if background:
             async with self._background:
                 return await self.call(
-                    method, path, delay=delay, query=query, body=body, content_type=content_type
+                    method,
+                    path,
+                    delay=delay,
+                    query=query,
+                    body=body,
+                    content_type=content_type,
+                    answer=answer,
                 )
         data = None if body is None else encode_body(body)
         params = _query(query)
@@ -189,7 +197,7 @@ class Transport:
             if delay:
                 await asyncio.sleep(delay)
             try:  # the common case, without building a retry machine per request
-                return await self._once(method, path, params, data, content_type)
+                return await self._once(method, path, params, data, content_type, answer)
             except Exception as exc:
                 if not transient(exc) or self.attempts <= 1:
                     raise
@@ -203,21 +211,27 @@ class Transport:
                 reraise=True,
             ):
                 with attempt:
-                    return await self._once(method, path, params, data, content_type)
+                    return await self._once(method, path, params, data, content_type, answer)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _once(
-        self, method: str, path: str, query: dict[str, str] | None, body: bytes | None, content_type: str
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str] | None,
+        body: bytes | None,
+        content_type: str,
+        answer: bool = True,
     ) -> Any:
         send = self._sender()
         timeout = READ_TIMEOUT_SECONDS
         if method != "GET" and self.fence is not None:
             self._check_fence()  # the last thing before the request leaves
             timeout = self.write_timeout
-        answer = await send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
-        if not 200 <= answer.status <= 299:
-            raise api_exception(answer)
-        return json.loads(answer.body) if answer.body else None
+        got = await send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+        if not 200 <= got.status <= 299:
+            raise api_exception(got)
+        return json.loads(got.body) if answer and got.body else None
 
     def _check_fence(self) -> None:
         assert self.fence is not None
