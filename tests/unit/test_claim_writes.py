@@ -162,6 +162,35 @@ def test_assumed_allocations_take_devices_until_forgotten() -> None:
     assert third.decisions[0].scheduled
 
 
+def test_the_finalizer_answer_keeps_the_assumed_allocation() -> None:
+    """The finalizer is written before the allocation; its answer (no allocation yet) must not
+    drop the assumption, or a cycle in between hands the same device out again (seen in the
+    DRA benchmark: two pods alone on one GPU)."""
+    cache = ClusterCache()
+    for body in (dra.gpu_class(), dra.node_slice("a", dra.gpus(1))):
+        kind = DEVICE_CLASSES if body["kind"] == "DeviceClass" else RESOURCE_SLICES
+        cache.apply_dra(kind, "ADDED", body)
+    pods = members(["w-0-gpu", "w-1-gpu"])
+    for i in range(2):
+        cache.apply_dra(RESOURCE_CLAIMS, "ADDED", claim_body(f"w-{i}-gpu", str(10 + i)))
+    first = schedule_cycle(
+        nodes=[node("a", gpu=0)], pods=pods[:1], pod_groups=[pod_group("g", 1)], dra=cache.devices.objects(0)
+    )
+    allocations = first.decisions[0].allocations
+    cache.assume_allocations(allocations)
+    finalized = claim_body("w-0-gpu", "20")  # the finalizer patch's answer: no allocation yet
+    finalized["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+    cache.wrote_claim(("ml", "g"), finalized)
+    between = schedule_cycle(
+        nodes=[node("a", gpu=0)], pods=pods[1:], pod_groups=[pod_group("g", 1)], dra=cache.devices.objects(0)
+    )
+    assert not between.decisions[0].scheduled  # the only GPU is still taken
+    cache.wrote_claim(
+        ("ml", "g"), claim_body("w-0-gpu", "21", allocated=[("gpu", GPU, "a", "gpu-0")], node="a")
+    )
+    assert cache.devices.counts()["assumed_allocations"] == 0  # the written allocation holds it now
+
+
 def test_a_group_waits_until_the_watch_shows_our_claim_write() -> None:
     cache = ClusterCache()
     cache.apply_dra(RESOURCE_CLAIMS, "ADDED", claim_body("c", "10"))

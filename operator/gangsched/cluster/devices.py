@@ -167,11 +167,18 @@ class DeviceCache:
         self._assumed[key] = dataclasses.replace(claim, allocation=allocation)
 
     def settle(self, body: Body) -> None:
-        """Our write to a claim returned `body`: hold it (the watch's older events are stale)."""
+        """Our write to a claim returned `body`: hold it (the watch's older events are stale).
+
+        The assumed allocation stays until a returned claim carries an allocation: the
+        finalizer is written first, and its answer has none yet; dropping the assumption
+        there let the next cycle hand the same devices out again (the window between the
+        finalizer's and the allocation's answers)."""
         key = object_key(body)
-        self._assumed.pop(key, None)
         self._held[(RESOURCE_CLAIMS, key)] = _Held(body_rv(body))
         self._store(RESOURCE_CLAIMS, key, body)
+        stored = self.claims.get(key)
+        if stored is not None and stored.allocation is not None:
+            self._assumed.pop(key, None)
 
     def forget(self, key: Key) -> bool:
         return self._assumed.pop(key, None) is not None
