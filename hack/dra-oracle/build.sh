@@ -1,46 +1,10 @@
 #!/usr/bin/env bash
 # Builds dra-oracle (see README.md next to this script) into the same cache directory
-# as kube-apiserver/kube-scheduler. A no-op when the binary is newer than its sources.
-# Without Go it only warns, unless CI=true (then a missing oracle is a hard failure).
+# as kube-apiserver/kube-scheduler, once (hack/go-tool.sh says how).
 set -euo pipefail
-
-K8S_VERSION=v1.36.3
 here=$(cd "$(dirname "$0")" && pwd)
-dest=${GANGSCHED_K8S_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/gangsched/k8s-${K8S_VERSION}/bin}
-bin="$dest/dra-oracle"
-
-sources=("$here"/go.mod "$here"/go.sum "$here"/main.go)
-if [[ -x "$bin" ]]; then
-    stale=0
-    for f in "${sources[@]}"; do
-        [[ "$f" -nt "$bin" ]] && stale=1
-    done
-    if [[ $stale == 0 ]]; then
-        echo "dra-oracle: already built: $bin"
-        exit 0
-    fi
+# shellcheck source=hack/go-tool.sh
+source "$here/../go-tool.sh"
+if go_tool_build dra-oracle "$here" "DRA differential tests"; then
+    echo '{"mode":"features"}' | "$GO_TOOL_BIN" >/dev/null
 fi
-if ! command -v go >/dev/null 2>&1; then
-    msg="dra-oracle: Go >= 1.26 is needed to build $bin; DRA differential tests will be skipped"
-    if [[ "${CI:-}" == true ]]; then
-        echo "$msg" >&2
-        exit 1
-    fi
-    echo "warning: $msg" >&2
-    exit 0
-fi
-
-mkdir -p "$dest"
-stage=$(mktemp "$dest/.dra-oracle.XXXXXX")
-trap 'rm -f "$stage"' EXIT
-
-start=$(date +%s)
-echo "dra-oracle: building into $bin"
-# -trimpath and the module versions match hack/k8s, so the packages shared with
-# kube-scheduler come out of the Go build cache after `make control-plane`.
-(cd "$here" && go build -trimpath -ldflags "-s -w" -o "$stage" .)
-chmod 0755 "$stage"
-mv -f "$stage" "$bin"
-trap - EXIT
-echo "dra-oracle: built in $(( $(date +%s) - start ))s"
-echo '{"mode":"features"}' | "$bin" >/dev/null
