@@ -6,13 +6,23 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from gangsched import __version__
 from gangsched.model import DEFAULT_SCHEDULER_NAME, PodGroupApi
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def _output_option(help: str = "Output format.") -> Callable[[_Command], _Command]:
+    """`-o/--output text|json`, as every command that prints has it."""
+    return click.option(
+        "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True, help=help
+    )
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -23,14 +33,7 @@ def main() -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Output format.",
-)
+@_output_option()
 @click.option(
     "--scheduler-name",
     default=DEFAULT_SCHEDULER_NAME,
@@ -310,14 +313,7 @@ def _run_options(opts: dict[str, Any]) -> Any:
 
 
 @main.command()
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Output format.",
-)
+@_output_option()
 def version(output: str) -> None:
     """Print gangsched's version and the Kubernetes API versions it speaks."""
     from gangsched import apis
@@ -406,14 +402,7 @@ def _draw(occupancy: Any, path: Path) -> None:
 @main.command()
 @click.argument("name", metavar="NAMESPACE/NAME")
 @click.option("-n", "--namespace", default=None, help="The PodGroup's namespace, when NAME has none.")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Output format.",
-)
+@_output_option()
 @click.option(
     "--scheduler-name",
     default=DEFAULT_SCHEDULER_NAME,
@@ -473,14 +462,7 @@ def explain(
     default=None,
     help="Count this resource instead of GPUs (every resource named like a GPU, e.g. nvidia.com/gpu).",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Output format (with --watch: one JSON document per line).",
-)
+@_output_option("Output format (with --watch: one JSON document per line).")
 @click.option("--watch", "-w", is_flag=True, help="Refresh until Ctrl-C.")
 @click.option(
     "--interval",
