@@ -8,7 +8,6 @@ share), started once for the suite. Every case ends by checking the invariants o
 
 from __future__ import annotations
 
-import os
 import signal
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gangsched_testing import devcluster, fakenodes
+from gangsched_testing import ci, devcluster, fakenodes
 from gangsched_testing.kube import Operator, ensure_crd, start_operator
 
 _HERE = Path(__file__).parent
@@ -29,7 +28,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     mine = [item for item in items if _HERE in item.path.parents]
     for item in mine:
         item.add_marker(pytest.mark.chaos)
-    if not mine or os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
+    if not mine or ci.in_ci():
         return
     try:
         devcluster.find_binaries()

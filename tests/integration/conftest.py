@@ -6,7 +6,6 @@ gets its own namespace, and any fake nodes it makes are deleted after it.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gangsched_testing import devcluster, fakedra, fakenodes
+from gangsched_testing import ci, devcluster, fakedra, fakenodes
 from gangsched_testing.kube import Operator, ensure_crd, start_operator
 
 _HERE = Path(__file__).parent
@@ -35,7 +34,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     mine = [item for item in items if _HERE in item.path.parents]
     for item in mine:
         item.add_marker(pytest.mark.integration)
-    if not mine or _in_ci():
+    if not mine or ci.in_ci():
         return  # under CI the control_plane fixture fails instead
     try:
         devcluster.find_binaries()
@@ -44,19 +43,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.skip(reason=_HOW_TO_GET_BINARIES))
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
-
-
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[devcluster.ControlPlane]:
     """The session's control plane; skips (or, under CI=true, fails) without the binaries."""
     try:
         binaries = devcluster.find_binaries()
     except devcluster.BinariesNotFoundError as exc:
-        if _in_ci():
-            pytest.fail(f"CI=true and no control plane: {exc}", pytrace=False)
-        pytest.skip(_HOW_TO_GET_BINARIES)
+        ci.missing(f"no control plane ({exc}): {_HOW_TO_GET_BINARIES}")
     with devcluster.ControlPlane(binaries=binaries) as cp:
         yield cp
 
@@ -131,9 +124,7 @@ def controller_manager(control_plane: devcluster.ControlPlane) -> devcluster.Con
     """The control plane with kube-controller-manager healthy (DRA tests); skips without it
     (KUBEBUILDER_ASSETS ships none), or under CI=true fails: CI builds it."""
     if not control_plane.controller_manager:
-        if _in_ci():
-            pytest.fail("CI=true and no kube-controller-manager: run `make control-plane`", pytrace=False)
-        pytest.skip("no kube-controller-manager (`make control-plane` builds it)")
+        ci.missing("no kube-controller-manager: run `make control-plane`")
     control_plane.wait_controller_manager()
     return control_plane
 

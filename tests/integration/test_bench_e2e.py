@@ -9,7 +9,6 @@ it schedules nothing. Without its binary that test skips, except under CI=true, 
 
 from __future__ import annotations
 
-import os
 import sys
 import uuid
 from collections import Counter
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gangsched_testing import devcluster
+from gangsched_testing import ci, devcluster
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # `pytest` without `python -m` does not put the repo root there
@@ -136,12 +135,10 @@ def test_small_preemption_benchmark_evicts_whole_gangs(
 
 def _need_bare_binder() -> None:
     """Skip without the bare binder's binary; under CI=true (which builds it) fail instead."""
-    if bare_binder_binary() is not None:
-        return
-    how = "no bare-binder binary: run `make bare-binder` (needs Go >= 1.26) or set GANGSCHED_K8S_BIN"
-    if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI=true and {how}", pytrace=False)
-    pytest.skip(how)
+    if bare_binder_binary() is None:
+        ci.missing(
+            "no bare-binder binary: run `make bare-binder` (needs Go >= 1.26) or set GANGSCHED_K8S_BIN"
+        )
 
 
 def test_small_benchmark_bare_binder_binds_every_pod(

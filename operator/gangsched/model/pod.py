@@ -502,13 +502,19 @@ def parse_pod_claims(
                 if ref_name not in names:
                     where = f"spec.{list_name}[{i}].resources.claims[{j}]"
                     raise ModelError(f"{where}: {ref_name!r} is not in spec.resourceClaims")
-    statuses: dict[str, str | None] = {}
-    raw_statuses = status.get("resourceClaimStatuses") or []
-    for item in raw_statuses if isinstance(raw_statuses, list) else []:
+    return tuple(claims), claim_status_names(status)
+
+
+def claim_status_names(status: Mapping[str, Any]) -> dict[str, str | None]:
+    """status.resourceClaimStatuses (a pod's or a native PodGroup's): claim entry name -> the
+    claim the resourceclaim controller generated for it (None while it has not)."""
+    names: dict[str, str | None] = {}
+    raw = status.get("resourceClaimStatuses") or []
+    for item in raw if isinstance(raw, list) else []:
         if isinstance(item, Mapping) and item.get("name"):
             generated = item.get("resourceClaimName")
-            statuses[str(item["name"])] = str(generated) if generated else None
-    return tuple(claims), statuses
+            names[str(item["name"])] = str(generated) if generated else None
+    return names
 
 
 def _unscheduled_reason(status: Mapping[str, Any]) -> str:

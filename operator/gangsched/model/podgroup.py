@@ -28,6 +28,7 @@ from gangsched.model.common import (
     label_key_problem,
     object_meta,
 )
+from gangsched.model.pod import claim_status_names
 from gangsched.model.priority import PriorityClasses
 
 
@@ -295,15 +296,29 @@ def parse_pod_group(obj: Mapping[str, Any], *, priorities: PriorityClasses | Non
     priority = 0
     ignored = None
     if spec is not None:
-        if spec.priority_class_name:
-            value = priorities.value(spec.priority_class_name) if priorities is not None else None
-            if priorities is not None and value is None:
-                error = f"PriorityClass {spec.priority_class_name!r} not found"
-            elif value is not None:
-                priority = value
+        priority, class_error = _class_priority(spec, priorities)
+        error = error or class_error
         # Only an administrator's PriorityClass counts, as admission-set pod priorities do.
         if spec.priority is not None and (not spec.priority_class_name or spec.priority != priority):
             ignored = spec.priority
+    return _pod_group(meta, spec, error, priority, ignored_priority=ignored)
+
+
+def _class_priority(spec: PodGroupSpec, priorities: PriorityClasses | None) -> tuple[int, str | None]:
+    """The value of the PriorityClass `spec` names (0 without one), and an error when a
+    class is named that `priorities` does not hold."""
+    if not spec.priority_class_name:
+        return 0, None
+    value = priorities.value(spec.priority_class_name) if priorities is not None else None
+    if priorities is not None and value is None:
+        return 0, f"PriorityClass {spec.priority_class_name!r} not found"
+    return value or 0, None
+
+
+def _pod_group(
+    meta: Mapping[str, Any], spec: PodGroupSpec | None, error: str | None, priority: int, **extra: Any
+) -> PodGroup:
+    """The PodGroup of `meta`; an invalid spec is kept as `spec_error`."""
     return PodGroup(
         namespace=str(meta.get("namespace") or NAMESPACE_DEFAULT),
         name=str(meta["name"]),
@@ -314,7 +329,7 @@ def parse_pod_group(obj: Mapping[str, Any], *, priorities: PriorityClasses | Non
         uid=str(meta.get("uid") or ""),
         generation=int(meta.get("generation") or 0),
         resource_version=str(meta.get("resourceVersion") or ""),
-        ignored_priority=ignored,
+        **extra,
     )
 
 
@@ -339,29 +354,9 @@ def parse_native_pod_group(obj: Mapping[str, Any], *, priorities: PriorityClasse
     if spec is not None:
         if spec.priority is not None:
             priority = spec.priority
-        elif spec.priority_class_name:
-            value = priorities.value(spec.priority_class_name) if priorities is not None else None
-            if priorities is not None and value is None:
-                error = f"PriorityClass {spec.priority_class_name!r} not found"
-            elif value is not None:
-                priority = value
+        else:
+            priority, class_error = _class_priority(spec, priorities)
+            error = error or class_error
     status = obj.get("status") or {}
-    claim_statuses: dict[str, str | None] = {}
-    raw_statuses = status.get("resourceClaimStatuses") if isinstance(status, Mapping) else None
-    for item in raw_statuses if isinstance(raw_statuses, list) else []:
-        if isinstance(item, Mapping) and item.get("name"):
-            generated = item.get("resourceClaimName")
-            claim_statuses[str(item["name"])] = str(generated) if generated else None
-    return PodGroup(
-        namespace=str(meta.get("namespace") or NAMESPACE_DEFAULT),
-        name=str(meta["name"]),
-        spec=spec if error is None else None,
-        spec_error=error,
-        priority=priority,
-        created=str(meta.get("creationTimestamp") or ""),
-        uid=str(meta.get("uid") or ""),
-        generation=int(meta.get("generation") or 0),
-        resource_version=str(meta.get("resourceVersion") or ""),
-        api=PodGroupApi.NATIVE,
-        claim_statuses=claim_statuses,
-    )
+    claim_statuses = claim_status_names(status if isinstance(status, Mapping) else {})
+    return _pod_group(meta, spec, error, priority, api=PodGroupApi.NATIVE, claim_statuses=claim_statuses)
