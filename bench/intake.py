@@ -421,8 +421,11 @@ class _Live:
     def __init__(self, cache: Any) -> None:
         self.cache = cache
 
-    async def pod_gone(self, body: Mapping[str, Any]) -> None:
-        self.cache.apply_pod("DELETED", body)
+    async def pod_gone(self, key: tuple[str, str]) -> None:
+        self.cache.remove("pods", key)
+
+    async def finished_of(self, keys: Any) -> list[Any]:
+        return []
 
 
 def cache_digest(cache: Any) -> str:
@@ -465,18 +468,18 @@ class Probe:
             self.cpu_nodes = time.process_time()  # the digest is the benchmark's work, not the option's
 
     async def node(self, event_type: str, body: Mapping[str, Any]) -> None:
-        await self.intake.node(event_type, body)
+        await self.intake.event("nodes", event_type, body)
         self.node_events += 1
         if self.node_events == self.args.nodes * self.args.node_rounds:
             self.finish()
 
     async def pods_list(self, items: Sequence[Mapping[str, Any]], resource_version: str) -> None:
-        await self.intake.pods_listed(items, resource_version)
+        await self.intake.listed("pods", items, resource_version)
         self.pods_listed = True
         self._maybe_listed()
 
     async def nodes_list(self, items: Sequence[Mapping[str, Any]], resource_version: str) -> None:
-        await self.intake.nodes_listed(items, resource_version)
+        await self.intake.listed("nodes", items, resource_version)
         self.nodes_listed = True
         self._maybe_listed()
 
@@ -488,7 +491,7 @@ class Probe:
             self._maybe_listed()
 
     async def node_listed_one(self, body: Mapping[str, Any]) -> None:
-        await self.intake.node("LISTED", body)
+        await self.intake.event("nodes", "LISTED", body)
         if len(self.cache.nodes) == self.args.nodes and not self.nodes_listed:
             self.nodes_listed = True
             self._maybe_listed()

@@ -3,12 +3,12 @@
 Watches run cluster-wide whatever `--namespace` says: capacity accounting needs every bound
 pod on every node. The namespace option limits which PodGroups and pods are scheduled.
 
-Which kind is watched how: Pods, Nodes and PriorityClasses through informers
-(`cluster.informer`: list+watch that removes what a re-list no longer shows), PodGroups
-through a kopf `on.event` handler plus a reconciling LIST (kopf's re-list never reports what
-vanished). Kubernetes' own scheduling.k8s.io/v1alpha2 PodGroups, where the API serves them
-(checked once at startup, like DRA), through an informer into the same `Intake`. kopf's
-startup, probe and cleanup handlers are registered here.
+Every kind is watched through an informer (`cluster.informer`: list+watch that removes what
+a re-list no longer shows) into `handlers.Intake`: Pods, Nodes, PriorityClasses,
+PodDisruptionBudgets, PodGroups of both APIs (strict: listed before every watch, and no
+decision rests on them while they may be stale) and, where served, the DRA kinds. kopf hosts
+the process: its startup, probe and cleanup handlers are registered here, and it watches
+nothing (docs/architecture.md says why).
 
 Lifecycle: at startup the watches begin (a standby keeps its cache warm but never decides or
 writes); the main task waits for the Lease when leader election is on, then for every watch
@@ -25,24 +25,22 @@ import contextlib
 import logging
 import os
 import signal
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 from aiohttp import web
-from kopf._core.engines.peering import Identity  # kopf exports no public name for it
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from gangsched import __version__
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, LiveReader
-from gangsched.cluster.cache import pod_group_resource
 from gangsched.cluster.devices import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from gangsched.cluster.informer import Informer, Reconciler, Resource, WatchHealth
-from gangsched.handlers import Intake, KindSink, register_kopf_handlers
+from gangsched.cluster.informer import Informer, Resource, WatchHealth
+from gangsched.cluster.kinds import NATIVE_POD_GROUP, POD_GROUP
+from gangsched.handlers import Intake
 from gangsched.leader import LeaderElector, LeaseConfig, default_identity
 from gangsched.loop import Scheduler, SchedulerConfig
 from gangsched.metrics import Metrics, serve
@@ -51,10 +49,6 @@ from gangsched.session import ApiSession
 from gangsched.transport import Transport
 
 log = logging.getLogger(__name__)
-
-# kopf gives up a request after its retry budget; a watcher that gives up is gone for good.
-# This keeps its watches retrying through a long apiserver outage (about 8 hours).
-_KOPF_ERROR_BACKOFFS = (1, 1, 2, 3, 5, 8, 13, 21, *([30] * 1000))
 
 
 @dataclass(slots=True)
@@ -71,8 +65,6 @@ class RunOptions:
     lease: LeaseConfig | None = None
     # A watch down longer than this makes the liveness probe fail.
     watch_budget_seconds: float = 60.0
-    # PodGroups (kopf-watched) are re-listed this often to drop what kopf never reports gone.
-    reconcile_seconds: float = 10.0
 
 
 def api_client(*, kubeconfig: str | None, pool: int) -> client.ApiClient:
@@ -104,12 +96,7 @@ class Operator:
     elector: LeaderElector | None
     # Created on kopf's event loop at startup.
     session: ApiSession | None = None
-    reconciler: Reconciler | None = None
     informers: list[Informer] = field(default_factory=list)
-    # When kopf's PodGroup watcher was last seen alive, or our loop synced (monotonic):
-    # kopf starts its watchers only after every startup handler, so right after the sync
-    # there may be none yet.
-    kopf_watch_seen: float | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     synced: asyncio.Event | None = None
 
@@ -142,67 +129,39 @@ def assemble(options: RunOptions) -> Operator:
     cache.on_confirmed = metrics.cache_lag.observe
     scheduler = Scheduler(cache=cache, binder=binder, live=live, config=options.scheduler, metrics=metrics)
     intake = Intake(cache=cache, scheduler=scheduler, live=live, faults=options.scheduler.faults)
+    # A PodGroup deleted, or another object under its name now: the loop starts afresh.
+    cache.on_group_replaced = scheduler.forget_group
     return Operator(options, api, transport, cache, live, binder, scheduler, intake, WatchHealth(), elector)
 
 
 def _start_watches(op: Operator) -> None:
-    """Informers for Pods, Nodes and PriorityClasses; the reconciler for kopf's PodGroups."""
+    """One informer per watched kind, all into `Intake`."""
     session = op.session = ApiSession(op.api.configuration, user_agent=op.api.user_agent)
-    intake = op.intake
-    kinds = [
-        (
-            Resource("pods", "/api/v1/pods", {"fieldSelector": LIVE_PODS_SELECTOR}),
-            intake.pod,
-            intake.pods_listed,
-        ),
-        (Resource("nodes", "/api/v1/nodes"), intake.node, intake.nodes_listed),
-        (
-            Resource("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses"),
-            intake.priority_class,
-            intake.priority_classes_listed,
-        ),
-        (
-            Resource("poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"),
-            intake.budget,
-            intake.budgets_listed,
-        ),
-    ]
-    op.informers = [
-        Informer(session=session, resource=r, sink=KindSink(on_event, on_list), health=op.health)
-        for r, on_event, on_list in kinds
+    resources = [
+        Resource("pods", "/api/v1/pods", {"fieldSelector": LIVE_PODS_SELECTOR}),
+        Resource("nodes", "/api/v1/nodes"),
+        Resource("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses"),
+        Resource("poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"),
+        Resource(POD_GROUP.name, f"/apis/{GROUP}/{VERSION}/{PLURAL}", strict=True),
     ]
     if op.cache.devices.enabled:
-        op.informers += [
-            Informer(
-                session=session,
-                resource=Resource(kind, f"/apis/resource.k8s.io/v1/{kind}"),
-                sink=intake.dra_sink(kind),
-                health=op.health,
-            )
+        resources += [
+            Resource(kind, f"/apis/resource.k8s.io/v1/{kind}")
             for kind in (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS)
         ]
     if op.cache.native_pod_groups:
         native = PodGroupApi.NATIVE
-        op.informers.append(
-            Informer(
-                session=session,
-                resource=Resource(pod_group_resource(native), f"/apis/{native.api_version}/{PLURAL}"),
-                sink=intake.native_pod_group_sink(),
-                health=op.health,
-            )
-        )
-    pod_groups = Resource(PLURAL, f"/apis/{GROUP}/{VERSION}/{PLURAL}")
-    op.reconciler = Reconciler(
-        session=session,
-        resources=[(pod_groups, KindSink(intake.pod_group, intake.pod_groups_listed))],
-        period=op.options.reconcile_seconds,
-    )
-    # Another watch back after an outage: kopf's PodGroup watch lost events too.
-    op.health.on_recovered.append(op.reconciler.request)
+        resources.append(Resource(NATIVE_POD_GROUP.name, f"/apis/{native.api_version}/{PLURAL}", strict=True))
+    for resource in resources:
+        op.cache.expect(resource.kind)
+    op.informers = [
+        Informer(session=session, resource=r, sink=op.intake.sink(r.kind), health=op.health)
+        for r in resources
+    ]
     loop = asyncio.get_running_loop()
     for informer in op.informers:
         op.tasks.append(loop.create_task(informer.run(), name=f"informer {informer.resource.kind}"))
-    op.tasks.append(loop.create_task(_sync_then_reconcile(op), name="reconciler"))
+    op.tasks.append(loop.create_task(_synced(op), name="first lists"))
 
 
 async def _discover_dra(op: Operator) -> None:
@@ -255,17 +214,12 @@ async def _discover_native_pod_groups(op: Operator) -> None:
     log.info("%s podgroups are served: native PodGroups are scheduled too", native.api_version)
 
 
-async def _sync_then_reconcile(op: Operator) -> None:
-    """Set `op.synced` once every watch has listed, then reconcile kopf's kinds forever."""
-    assert op.reconciler is not None
+async def _synced(op: Operator) -> None:
+    """Set `op.synced` once every watch has listed."""
     assert op.synced is not None
     while not all(op.health.snapshot()[i.resource.kind]["lists"] for i in op.informers):
         await asyncio.sleep(0.05)
-    for resource, sink in op.reconciler.resources:
-        while not await op.reconciler.once(resource, sink):
-            await asyncio.sleep(0.5)
     op.synced.set()
-    await op.reconciler.run()
 
 
 def _register_gauges(op: Operator) -> None:
@@ -291,15 +245,9 @@ def _register_gauges(op: Operator) -> None:
 
 
 def build_registry(op: Operator) -> kopf.OperatorRegistry:
-    """A registry with the PodGroup handler and this operator's startup, probe and cleanup."""
+    """A registry with this operator's startup, probe and cleanup (no watch handlers)."""
     registry = kopf.OperatorRegistry()
     runners: list[web.AppRunner] = []
-
-    def relisted() -> None:
-        if op.synced is not None and op.synced.is_set() and op.reconciler is not None:
-            op.reconciler.request()
-
-    register_kopf_handlers(registry, intake=op.intake, relisted=relisted)
 
     @kopf.on.startup(registry=registry)
     async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -352,35 +300,14 @@ def _problems(op: Operator) -> list[str]:
     if op.tasks and op.tasks[0].done():
         problems.append("the scheduling loop has stopped")
     problems += op.health.problems(op.options.watch_budget_seconds)
-    if op.synced is not None and op.synced.is_set():
-        now = time.monotonic()
-        if _kopf_watching(PLURAL) or op.kopf_watch_seen is None:
-            op.kopf_watch_seen = now
-        elif now - op.kopf_watch_seen > _KOPF_WATCH_GRACE_SECONDS:
-            problems.append(f"kopf's {PLURAL} watch has stopped")
     return problems
-
-
-# How long kopf's PodGroup watcher may be missing (not yet started, or restarting) before the
-# replica counts as unhealthy.
-_KOPF_WATCH_GRACE_SECONDS = 30.0
-
-
-def _kopf_watching(plural: str) -> bool:
-    """Is kopf's watcher task for `plural` alive? (kopf names them "watcher for <resource>@<ns>".)"""
-    prefix = f"watcher for {plural}."
-    return any(t.get_name().startswith(prefix) and not t.done() for t in asyncio.all_tasks())
 
 
 def _configure(settings: kopf.OperatorSettings) -> None:
     settings.posting.enabled = False  # no kopf Events about our objects
-    # No CRD or namespace discovery: every resource is named in full, and the RBAC can
-    # then leave out customresourcedefinitions.
+    # No CRD or namespace discovery: kopf watches nothing, and the RBAC can then leave out
+    # customresourcedefinitions.
     settings.scanning.disabled = True
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
-    settings.networking.request_timeout = 60
-    settings.networking.error_backoffs = _KOPF_ERROR_BACKOFFS
 
 
 async def _main(op: Operator) -> None:
@@ -456,11 +383,16 @@ def run(options: RunOptions) -> None:
     kopf.on.login(registry=registry)(_login(op.api))
     host = options.bind_address
     liveness = f"http://{host}:{options.liveness_port}/healthz" if options.liveness_port else None
+    _set_kopf_identity(op.binder.instance)
     kopf.run(
         registry=registry,
         clusterwide=True,
         standalone=True,
         liveness_endpoint=liveness,
-        # kopf would otherwise look its identity up in /etc/passwd (absent for arbitrary uids).
-        identity=Identity(op.binder.instance),
     )
+
+
+def _set_kopf_identity(identity: str) -> None:
+    """kopf looks its identity up in /etc/passwd (absent for arbitrary uids) unless $POD_ID
+    names it, its documented way; `kopf.run(identity=...)` takes a type kopf does not export."""
+    os.environ["POD_ID"] = identity

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from gangsched.cluster import ClusterCache
-from gangsched.cluster.devices import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES, DeviceCache
+from gangsched.cluster import ClusterCache, LiveReader
+from gangsched.cluster.devices import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gangsched.cluster.kinds import RESOURCE_SLICE
+from gangsched.cluster.store import Store
 from gangsched.engine import schedule_cycle
 from gangsched.loop.claims import FINALIZER, ClaimError, ClaimStep, binding_state, plan_claims
 from gangsched.loop.config import SchedulerConfig
@@ -100,42 +102,54 @@ def test_binding_state_waits_for_every_condition_and_stops_at_a_failure() -> Non
 # --------------------------------------------------------------------------- the DRA cache
 
 
-def test_device_cache_ignores_stale_events_and_unchanged_slices() -> None:
-    cache = DeviceCache()
+def test_the_store_ignores_stale_events_and_keeps_unchanged_slices() -> None:
+    store = Store()
     slice_ = dra.node_slice("a", dra.gpus(2))
     slice_["metadata"]["resourceVersion"] = "10"
-    assert cache.apply(RESOURCE_SLICES, "ADDED", slice_)
-    held = cache.slices[slice_["metadata"]["name"]]
-    assert not cache.apply(RESOURCE_SLICES, "MODIFIED", with_rv(slice_, "11"))  # same content
-    assert cache.slices[slice_["metadata"]["name"]] is held  # device tables are cached by it
+    change = store.apply(RESOURCE_SLICE, "ADDED", slice_)
+    assert change is not None
+    assert change.significant
+    key = ("", slice_["metadata"]["name"])
+    held = store.get(RESOURCE_SLICE, key)
+    same = store.apply(RESOURCE_SLICE, "MODIFIED", with_rv(slice_, "11"))  # same content
+    assert same is not None
+    assert not same.significant
+    assert store.get(RESOURCE_SLICE, key) is held  # device tables are cached by it
     older = dra.node_slice("a", dra.gpus(1))
     older["metadata"]["resourceVersion"] = "9"
-    assert not cache.apply(RESOURCE_SLICES, "MODIFIED", older)
-    assert len(cache.slices[slice_["metadata"]["name"]].devices) == 2
+    assert store.apply(RESOURCE_SLICE, "MODIFIED", older) is None
+    held_now = store.get(RESOURCE_SLICE, key)
+    assert held_now is not None
+    assert len(held_now.devices) == 2
 
 
-def test_device_cache_reports_vanished_objects_and_invalid_ones() -> None:
-    cache = DeviceCache()
+def test_a_list_removes_what_vanished_and_invalid_objects_are_reported() -> None:
+    cache = ClusterCache()
     gpu_class = {**dra.gpu_class(), "metadata": {"name": GPU, "resourceVersion": "4"}}
     cache.apply(DEVICE_CLASSES, "ADDED", gpu_class)
     later = {**dra.gpu_class("late"), "metadata": {"name": "late", "resourceVersion": "20"}}
     cache.apply(DEVICE_CLASSES, "ADDED", later)
     # A LIST at 10 shows neither: the first vanished, the second is newer than the LIST.
-    assert cache.vanished(DEVICE_CLASSES, [], "10") == [("", GPU)]
+    assert cache.replace(DEVICE_CLASSES, [], "10") == [("", GPU)]
+    assert set(cache.devices.classes) == {"late"}
     broken = claim_body("broken", "7")
     broken["spec"] = {"devices": {"requests": [{"name": "x", "exactly": {"count": "many"}}]}}
-    assert not cache.apply(RESOURCE_CLAIMS, "ADDED", broken)
+    cache.apply(RESOURCE_CLAIMS, "ADDED", broken)
     assert ("resourceclaims", "ml", "broken") in cache.invalid
+    assert ("ml", "broken") not in cache.devices.claims
+    # An invalid object vanishes from a LIST like any other.
+    assert cache.replace(RESOURCE_CLAIMS, [], "10") == [("ml", "broken")]
+    assert not cache.invalid
 
 
 def test_assumed_allocations_take_devices_until_forgotten() -> None:
     cache = ClusterCache()
     for body in (dra.gpu_class(), dra.node_slice("a", dra.gpus(1))):
         kind = DEVICE_CLASSES if body["kind"] == "DeviceClass" else RESOURCE_SLICES
-        cache.apply_dra(kind, "ADDED", body)
+        cache.apply(kind, "ADDED", body)
     pods = members(["w-0-gpu", "w-1-gpu"])
     for i in range(2):
-        cache.apply_dra(RESOURCE_CLAIMS, "ADDED", claim_body(f"w-{i}-gpu", str(10 + i)))
+        cache.apply(RESOURCE_CLAIMS, "ADDED", claim_body(f"w-{i}-gpu", str(10 + i)))
     first = schedule_cycle(
         nodes=[node("a", gpu=0)], pods=pods[:1], pod_groups=[pod_group("g", 1)], dra=cache.devices.objects(0)
     )
@@ -169,10 +183,10 @@ def test_the_finalizer_answer_keeps_the_assumed_allocation() -> None:
     cache = ClusterCache()
     for body in (dra.gpu_class(), dra.node_slice("a", dra.gpus(1))):
         kind = DEVICE_CLASSES if body["kind"] == "DeviceClass" else RESOURCE_SLICES
-        cache.apply_dra(kind, "ADDED", body)
+        cache.apply(kind, "ADDED", body)
     pods = members(["w-0-gpu", "w-1-gpu"])
     for i in range(2):
-        cache.apply_dra(RESOURCE_CLAIMS, "ADDED", claim_body(f"w-{i}-gpu", str(10 + i)))
+        cache.apply(RESOURCE_CLAIMS, "ADDED", claim_body(f"w-{i}-gpu", str(10 + i)))
     first = schedule_cycle(
         nodes=[node("a", gpu=0)], pods=pods[:1], pod_groups=[pod_group("g", 1)], dra=cache.devices.objects(0)
     )
@@ -193,23 +207,24 @@ def test_the_finalizer_answer_keeps_the_assumed_allocation() -> None:
 
 def test_a_group_waits_until_the_watch_shows_our_claim_write() -> None:
     cache = ClusterCache()
-    cache.apply_dra(RESOURCE_CLAIMS, "ADDED", claim_body("c", "10"))
+    cache.apply(RESOURCE_CLAIMS, "ADDED", claim_body("c", "10"))
     written = claim_body("c", "15", allocated=[("gpu", GPU, "a", "gpu-0")], node="a")
     cache.wrote_claim(("ml", "g"), written)
     assert cache.devices.claims[("ml", "c")].allocation is not None  # held at once
     assert cache.caught_up(("ml", "g")) is False
-    cache.apply_dra(RESOURCE_CLAIMS, "MODIFIED", claim_body("c", "12"))  # an older event
+    cache.apply(RESOURCE_CLAIMS, "MODIFIED", claim_body("c", "12"))  # an older event
     assert cache.devices.claims[("ml", "c")].allocation is not None  # not rolled back
     assert cache.caught_up(("ml", "g")) is False
-    cache.apply_dra(RESOURCE_CLAIMS, "MODIFIED", written)
+    cache.apply(RESOURCE_CLAIMS, "MODIFIED", written)
     assert cache.caught_up(("ml", "g")) is True
     assert cache.pending_claims(("ml", "g")) == []
 
 
 def test_held_back_devices_are_not_handed_out_until_their_time() -> None:
-    cache = DeviceCache()
-    cache.apply(DEVICE_CLASSES, "ADDED", dra.gpu_class())
-    cache.apply(RESOURCE_SLICES, "ADDED", dra.node_slice("a", dra.gpus(1)))
+    cluster = ClusterCache()
+    cluster.apply(DEVICE_CLASSES, "ADDED", dra.gpu_class())
+    cluster.apply(RESOURCE_SLICES, "ADDED", dra.node_slice("a", dra.gpus(1)))
+    cache = cluster.devices
     cache.hold_back([(GPU, "a", "gpu-0")], until=100.0)
     objects = cache.objects(50.0)
     assert objects is not None
@@ -263,11 +278,11 @@ def test_a_claim_reserved_for_a_pending_pod_past_the_timeout_is_released() -> No
     [_pod] = members(["c"])
     pod_body = dra.pod_claims(pod_manifest("w-0", "g", uid="pod-0"), {"gpu": "c"})
     pod_body["metadata"]["resourceVersion"] = "3"
-    cache.apply_pod("ADDED", pod_body)
+    cache.apply("pods", "ADDED", pod_body)
     body = claim_body("c", "10", allocated=[("gpu", GPU, "a", "gpu-0")], node="a")
     body["metadata"]["finalizers"] = [FINALIZER]
     body["status"]["reservedFor"] = [{"resource": "pods", "name": "w-0", "uid": "pod-0"}]
-    cache.apply_dra(RESOURCE_CLAIMS, "ADDED", body)
+    cache.apply(RESOURCE_CLAIMS, "ADDED", body)
     binder = ClaimBinder(body)
     now = [0.0]
     step = ClaimStep(
@@ -326,8 +341,11 @@ class LostAnswer(ClaimBinder):
         return answer
 
 
-class Reader:
-    def __init__(self, binder: ClaimBinder) -> None:
+class Reader(LiveReader):
+    """The live reads through the real `LiveReader`, the claim read answered by the binder."""
+
+    def __init__(self, cache: ClusterCache, binder: ClaimBinder) -> None:
+        super().__init__(cache=cache, transport=cast(Any, None), scheduler_name="gangsched")
         self.binder = binder
 
     async def read_claim(self, namespace: str, name: str) -> dict[str, Any]:
@@ -336,10 +354,10 @@ class Reader:
 
 def test_our_own_allocation_seen_after_a_lost_answer_is_not_someone_elses() -> None:
     cache = ClusterCache()
-    cache.apply_dra(DEVICE_CLASSES, "ADDED", dra.gpu_class())
-    cache.apply_dra(RESOURCE_SLICES, "ADDED", dra.node_slice("a", dra.gpus(1)))
+    cache.apply(DEVICE_CLASSES, "ADDED", dra.gpu_class())
+    cache.apply(RESOURCE_SLICES, "ADDED", dra.node_slice("a", dra.gpus(1)))
     body = claim_body("w-0-gpu", "10")
-    cache.apply_dra(RESOURCE_CLAIMS, "ADDED", body)
+    cache.apply(RESOURCE_CLAIMS, "ADDED", body)
     [pod] = members(["w-0-gpu"])
     result = schedule_cycle(
         nodes=[node("a", gpu=0)], pods=[pod], pod_groups=[pod_group("g", 1)], dra=cache.devices.objects(0)
@@ -348,7 +366,7 @@ def test_our_own_allocation_seen_after_a_lost_answer_is_not_someone_elses() -> N
     binder = LostAnswer(body)
     step = ClaimStep(
         cache=cache,
-        live=Reader(binder),  # type: ignore[arg-type]
+        live=Reader(cache, binder),
         binder=binder,  # type: ignore[arg-type]
         reporter=None,  # type: ignore[arg-type]
         config=SchedulerConfig(),
@@ -378,8 +396,8 @@ def test_an_extended_resource_claim_left_by_an_earlier_attempt_is_used_not_dupli
     cache = ClusterCache()
     er_class = dra.gpu_class("er.example.com")
     er_class["spec"]["extendedResourceName"] = "example.com/gpu"
-    cache.apply_dra(DEVICE_CLASSES, "ADDED", er_class)
-    cache.apply_dra(RESOURCE_SLICES, "ADDED", dra.node_slice("a", dra.gpus(2)))
+    cache.apply(DEVICE_CLASSES, "ADDED", er_class)
+    cache.apply(RESOURCE_SLICES, "ADDED", dra.node_slice("a", dra.gpus(2)))
     body = pod_manifest("w-0", "g", uid="pod-0", limits={"example.com/gpu": "1"})
     from gangsched.model import parse_pod
 
@@ -409,8 +427,8 @@ def test_an_extended_resource_claim_left_by_an_earlier_attempt_is_used_not_dupli
         },
         "spec": binder.created[0]["spec"],
     }
-    cache.apply_dra(RESOURCE_CLAIMS, "ADDED", leftover)
-    cache.apply_dra(
+    cache.apply(RESOURCE_CLAIMS, "ADDED", leftover)
+    cache.apply(
         RESOURCE_CLAIMS, "DELETED", {"metadata": {"namespace": "ml", "name": "w-0-extended-resources-new01"}}
     )
     again = schedule_cycle(

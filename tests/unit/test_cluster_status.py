@@ -37,13 +37,13 @@ def test_parse_rv() -> None:
 
 def test_assumed_binding_counts_once_until_the_watch_confirms_it() -> None:
     cache = ClusterCache()
-    cache.apply_pod("ADDED", pod_body("p", rv="10"))
+    cache.apply("pods", "ADDED", pod_body("p", rv="10"))
     pod = cache.pods[("ml", "p")]
     cache.assume(group=("ml", "g"), pod=pod, node="n1")
     view = cache.pods_for_engine()
     assert [p.node_name for p in view] == ["n1"]  # bound once, not pending
     assert cache.caught_up(("ml", "g")) is False
-    cache.apply_pod("MODIFIED", pod_body("p", rv="11", node="n1"))
+    cache.apply("pods", "MODIFIED", pod_body("p", rv="11", node="n1"))
     assert not cache.is_assumed(("ml", "p"))
     assert [p.node_name for p in cache.pods_for_engine()] == ["n1"]
     assert cache.caught_up(("ml", "g")) is True
@@ -51,17 +51,17 @@ def test_assumed_binding_counts_once_until_the_watch_confirms_it() -> None:
 
 def test_stale_events_do_not_roll_the_cache_back() -> None:
     cache = ClusterCache()
-    cache.apply_pod("MODIFIED", pod_body("p", rv="20", node="n1"))
-    cache.apply_pod("ADDED", pod_body("p", rv="15"))  # a late listing
+    cache.apply("pods", "MODIFIED", pod_body("p", rv="20", node="n1"))
+    cache.apply("pods", "ADDED", pod_body("p", rv="15"))  # a late listing
     assert cache.pods[("ml", "p")].node_name == "n1"
 
 
 def test_a_replaced_pod_drops_the_assumption() -> None:
     cache = ClusterCache()
-    cache.apply_pod("ADDED", pod_body("p", rv="10", uid="old"))
+    cache.apply("pods", "ADDED", pod_body("p", rv="10", uid="old"))
     cache.assume(group=("ml", "g"), pod=cache.pods[("ml", "p")], node="n1")
-    cache.apply_pod("DELETED", pod_body("p", rv="12", uid="old"))
-    cache.apply_pod("ADDED", pod_body("p", rv="13", uid="new"))
+    cache.apply("pods", "DELETED", pod_body("p", rv="12", uid="old"))
+    cache.apply("pods", "ADDED", pod_body("p", rv="13", uid="new"))
     assert cache.pods_for_engine()[0].node_name == ""
 
 
@@ -69,10 +69,10 @@ def test_pod_group_writes_wait_for_the_watch() -> None:
     cache = ClusterCache()
     group = pod_group("g", 2)
     body = pod_group_manifest("g", 2, resource_version="5")
-    cache.apply_pod_group("ADDED", body)
+    cache.apply("podgroups", "ADDED", body)
     cache.wrote_pod_group(group.key, "9")
     assert cache.caught_up(group.key) is False
-    cache.apply_pod_group("MODIFIED", {**body, "metadata": {**body["metadata"], "resourceVersion": "9"}})
+    cache.apply("podgroups", "MODIFIED", {**body, "metadata": {**body["metadata"], "resourceVersion": "9"}})
     assert cache.caught_up(group.key) is True
     cache.wrote_pod_group(group.key, "not-a-number")
     assert cache.caught_up(group.key) is None  # unknown: read live
@@ -82,9 +82,9 @@ def test_invalid_objects_are_reported_not_raised() -> None:
     cache = ClusterCache()
     bad = pod_body("p", rv="3")
     bad["spec"]["containers"] = [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}]
-    cache.apply_pod("ADDED", bad)
-    assert ("Pod", "ml", "p") in cache.invalid
-    assert "cpu" in cache.invalid[("Pod", "ml", "p")]
+    cache.apply("pods", "ADDED", bad)
+    assert ("pods", "ml", "p") in cache.invalid
+    assert "cpu" in cache.invalid[("pods", "ml", "p")]
     assert ("ml", "p") not in cache.pods
 
 

@@ -376,23 +376,25 @@ def test_an_unreadable_native_spec_is_a_scheduler_error() -> None:
 def test_the_cache_keeps_the_apis_apart_and_gangsched_wins_a_name_clash() -> None:
     cache = ClusterCache()
     native = native_pod_group_manifest("g", 2, uid="n1", resource_version="5")
-    cache.apply_pod_group("ADDED", native, PodGroupApi.NATIVE)
+    cache.apply(PodGroupApi.NATIVE.resource, "ADDED", native)
     for body in (native_pod_manifest("g-0", "g", uid="p0"), pod_manifest("g-1", "g", uid="p1")):
-        cache.apply_pod("ADDED", body)
+        cache.apply("pods", "ADDED", body)
     assert cache.pod_groups[("ml", "g")].api == "native"
     assert [p.name for p in cache.members(("ml", "g"))] == ["g-0"]
     assert cache.group_of(cache.pods[("ml", "g-0")]) == ("ml", "g")
     assert cache.group_of(cache.pods[("ml", "g-1")]) is None  # names gangsched's, which is not there
     # gangsched's PodGroup of the same name arrives: it is the one scheduled, the native one shadowed.
-    cache.apply_pod_group("ADDED", pod_group_manifest("g", 2, uid="c1", resource_version="6"))
+    cache.apply("podgroups", "ADDED", pod_group_manifest("g", 2, uid="c1", resource_version="6"))
     assert cache.pod_groups[("ml", "g")].api == "gangsched"
     assert cache.shadowed[("ml", "g")].uid == "n1"
     assert [p.name for p in cache.members(("ml", "g"))] == ["g-1"]
     assert cache.group_of(cache.pods[("ml", "g-0")]) is None
-    # A LIST of native PodGroups without it removes only the native one.
-    assert cache.vanished_pod_groups(set(), "10", PodGroupApi.NATIVE) == [("ml", "g")]
-    assert cache.vanished_pod_groups({("ml", "g")}, "10") == []
-    cache.apply_pod_group("DELETED", pod_group_manifest("g", 2), PodGroupApi.GANGSCHED)
+    # A LIST of gangsched's PodGroups that still holds it removes nothing, of either API.
+    assert (
+        cache.replace("podgroups", [pod_group_manifest("g", 2, uid="c1", resource_version="6")], "10") == []
+    )
+    assert cache.shadowed[("ml", "g")].uid == "n1"
+    cache.apply("podgroups", "DELETED", pod_group_manifest("g", 2))
     assert cache.pod_groups[("ml", "g")].uid == "n1"
     assert ("ml", "g") not in cache.shadowed
     summary = cache.summary()
@@ -402,14 +404,12 @@ def test_the_cache_keeps_the_apis_apart_and_gangsched_wins_a_name_clash() -> Non
 
 def test_native_status_writes_wait_for_the_native_watch() -> None:
     cache = ClusterCache()
-    cache.apply_pod_group(
-        "ADDED", native_pod_group_manifest("g", 2, resource_version="5"), PodGroupApi.NATIVE
-    )
-    cache.apply_pod_group("ADDED", pod_group_manifest("other", 2, resource_version="50"))
+    cache.apply(PodGroupApi.NATIVE.resource, "ADDED", native_pod_group_manifest("g", 2, resource_version="5"))
+    cache.apply("podgroups", "ADDED", pod_group_manifest("other", 2, resource_version="50"))
     cache.wrote_pod_group(("ml", "g"), "20")
     assert cache.caught_up(("ml", "g")) is False  # a newer version of our CRD's is not the echo
-    cache.apply_pod_group(
-        "MODIFIED", native_pod_group_manifest("g", 2, resource_version="20"), PodGroupApi.NATIVE
+    cache.apply(
+        PodGroupApi.NATIVE.resource, "MODIFIED", native_pod_group_manifest("g", 2, resource_version="20")
     )
     assert cache.caught_up(("ml", "g")) is True
 
@@ -612,18 +612,18 @@ def test_the_loop_binds_a_native_gang_and_writes_its_condition_in_its_api() -> N
             config=SchedulerConfig(consistency_timeout_seconds=0.0),
         )
         for name in ("n1", "n2"):
-            cache.apply_node("ADDED", node_manifest(name, labels={RACK: "r1"}, resource_version="1"))
+            cache.apply("nodes", "ADDED", node_manifest(name, labels={RACK: "r1"}, resource_version="1"))
         body = native_pod_group_manifest("g", 2, topology_key=RACK, uid="pg", resource_version="5")
-        cache.apply_pod_group("ADDED", body, PodGroupApi.NATIVE)
+        cache.apply(PodGroupApi.NATIVE.resource, "ADDED", body)
         # A native group of kube-scheduler's pods: none of gangsched's business.
         theirs = native_pod_group_manifest("k", 1, uid="pk", resource_version="6")
-        cache.apply_pod_group("ADDED", theirs, PodGroupApi.NATIVE)
+        cache.apply(PodGroupApi.NATIVE.resource, "ADDED", theirs)
         for i in range(2):
-            cache.apply_pod(
-                "ADDED", native_pod_manifest(f"g-{i}", "g", uid=f"u{i}", resource_version="7", gpu=8)
+            cache.apply(
+                "pods", "ADDED", native_pod_manifest(f"g-{i}", "g", uid=f"u{i}", resource_version="7", gpu=8)
             )
         kube = native_pod_manifest("k-0", "k", uid="k0", scheduler="default-scheduler", node_name="n9")
-        cache.apply_pod("ADDED", kube)
+        cache.apply("pods", "ADDED", kube)
         await sched.cycle()
         await sched.tasks.settle()
         assert sorted((p, g) for p, _, g in binder.bound) == [("g-0", "pg"), ("g-1", "pg")]
@@ -631,7 +631,7 @@ def test_the_loop_binds_a_native_gang_and_writes_its_condition_in_its_api() -> N
         for i in range(2):
             manifest = native_pod_manifest(f"g-{i}", "g", uid=f"u{i}", resource_version="9", gpu=8)
             manifest["spec"]["nodeName"] = f"n{i + 1}"
-            cache.apply_pod("MODIFIED", manifest)
+            cache.apply("pods", "MODIFIED", manifest)
         sched.wake(("ml", "g"))
         sched.wake(("ml", "k"))
         await sched.cycle()
@@ -647,9 +647,14 @@ def test_the_loop_binds_a_native_gang_and_writes_its_condition_in_its_api() -> N
     asyncio.run(scenario())
 
 
-def test_a_watch_event_of_a_native_podgroup_is_known_by_its_api_version() -> None:
+def test_a_list_of_native_podgroups_removes_only_native_ones() -> None:
     cache = ClusterCache()
-    cache.apply_pod_group("ADDED", native_pod_group_manifest("g", 2, uid="n"))
-    assert cache.pod_groups[("ml", "g")].api == "native"
-    cache.apply_pod_group("ADDED", pod_group_manifest("h", 2, uid="c"))
-    assert cache.pod_groups[("ml", "h")].api == "gangsched"
+    cache.apply(
+        PodGroupApi.NATIVE.resource, "ADDED", native_pod_group_manifest("g", 2, uid="n", resource_version="5")
+    )
+    cache.apply("podgroups", "ADDED", pod_group_manifest("g", 2, uid="c", resource_version="6"))
+    cache.apply("podgroups", "ADDED", pod_group_manifest("h", 2, uid="c2", resource_version="7"))
+    assert cache.replace(PodGroupApi.NATIVE.resource, [], "10") == [("ml", "g")]
+    assert cache.pod_groups[("ml", "g")].api == "gangsched"
+    assert ("ml", "g") not in cache.shadowed
+    assert cache.pod_groups[("ml", "h")].uid == "c2"

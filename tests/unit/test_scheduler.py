@@ -133,15 +133,15 @@ def test_a_pod_that_arrives_while_the_engine_runs_is_not_forgotten(monkeypatch: 
         binder = FakeBinder()
         clock = Clock()
         sched = make(cache, binder, clock)
-        cache.apply_node("ADDED", node("n1"))
-        cache.apply_node("ADDED", node("n2"))
-        cache.apply_pod_group("ADDED", group(2))
-        cache.apply_pod("ADDED", pod("g-0", 10))
+        cache.apply("nodes", "ADDED", node("n1"))
+        cache.apply("nodes", "ADDED", node("n2"))
+        cache.apply("podgroups", "ADDED", group(2))
+        cache.apply("pods", "ADDED", pod("g-0", 10))
         real = scheduler_module.schedule_cycle
 
         def engine_while_a_pod_arrives(**kwargs: Any) -> Any:
             result = real(**kwargs)  # sees 1 of 2 pods: WaitingForPods
-            cache.apply_pod("ADDED", pod("g-1", 11))  # the event lands mid-decision
+            cache.apply("pods", "ADDED", pod("g-1", 11))  # the event lands mid-decision
             return result
 
         monkeypatch.setattr(scheduler_module, "schedule_cycle", engine_while_a_pod_arrives)
@@ -163,14 +163,14 @@ def test_a_bound_pod_is_never_bound_again_while_the_watch_lags() -> None:
         cache = ClusterCache()
         binder = FakeBinder()
         sched = make(cache, binder)
-        cache.apply_node("ADDED", node("n1"))
-        cache.apply_pod_group("ADDED", group(1))
-        cache.apply_pod("ADDED", pod("g-0", 10))
+        cache.apply("nodes", "ADDED", node("n1"))
+        cache.apply("podgroups", "ADDED", group(1))
+        cache.apply("pods", "ADDED", pod("g-0", 10))
         await sched.cycle()
         await settle(sched)
         assert binder.bound == [("g-0", "n1")]
         # No watch event yet: the cache still has g-0 pending; a second pod wants the node.
-        cache.apply_pod("ADDED", pod("g-1", 12))
+        cache.apply("pods", "ADDED", pod("g-1", 12))
         for _ in range(3):
             await sched.cycle()
             await settle(sched)
@@ -184,10 +184,10 @@ def test_a_conflict_is_resolved_from_a_live_read() -> None:
         cache = ClusterCache()
         binder = FakeBinder()
         sched = make(cache, binder)
-        cache.apply_node("ADDED", node("n1"))
-        cache.apply_node("ADDED", node("n2"))
-        cache.apply_pod_group("ADDED", group(1))
-        cache.apply_pod("ADDED", pod("g-0", 10))
+        cache.apply("nodes", "ADDED", node("n1"))
+        cache.apply("nodes", "ADDED", node("n2"))
+        cache.apply("podgroups", "ADDED", group(1))
+        cache.apply("pods", "ADDED", pod("g-0", 10))
         binder.outcomes["g-0"] = BindOutcome.CONFLICT
         binder.live[("ml", "g-0")] = pod("g-0", 20, node_name="n2")  # someone else bound it
         await sched.cycle()
@@ -206,9 +206,9 @@ def test_a_conflict_on_the_node_we_chose_is_our_own_binding() -> None:
         cache = ClusterCache()
         binder = FakeBinder()
         sched = make(cache, binder)
-        cache.apply_node("ADDED", node("n1"))
-        cache.apply_pod_group("ADDED", group(1))
-        cache.apply_pod("ADDED", pod("g-0", 10))
+        cache.apply("nodes", "ADDED", node("n1"))
+        cache.apply("podgroups", "ADDED", group(1))
+        cache.apply("pods", "ADDED", pod("g-0", 10))
         binder.outcomes["g-0"] = BindOutcome.CONFLICT
         binder.live[("ml", "g-0")] = pod("g-0", 20, node_name="n1")
         await sched.cycle()
@@ -225,11 +225,11 @@ def test_a_partial_gang_is_rolled_back_after_its_timeout() -> None:
         cache = ClusterCache()
         binder = FakeBinder()
         sched = make(cache, binder, clock)
-        cache.apply_node("ADDED", node("n1"))
-        cache.apply_pod_group("ADDED", group(2, timeout=30))
+        cache.apply("nodes", "ADDED", node("n1"))
+        cache.apply("podgroups", "ADDED", group(2, timeout=30))
         bound = pod("g-0", 10, node_name="n1", phase="Running")  # 1 of minCount 2, bound by us for "pg"
         bound["metadata"]["annotations"] = {BOUND_FOR_ANNOTATION: "pg"}
-        cache.apply_pod("ADDED", bound)
+        cache.apply("pods", "ADDED", bound)
         await sched.cycle()
         await settle(sched)
         assert binder.deleted == []
@@ -248,17 +248,17 @@ def test_metrics_record_cycles_binds_latency_and_pending_reasons() -> None:
         binder = FakeBinder()
         sched = make(cache, binder)
         cache.on_confirmed = sched.metrics.cache_lag.observe
-        cache.apply_node("ADDED", node("n1"))
-        cache.apply_pod_group("ADDED", group(1))
+        cache.apply("nodes", "ADDED", node("n1"))
+        cache.apply("podgroups", "ADDED", group(1))
         created = pod("g-0", 10)
         created["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
-        cache.apply_pod("ADDED", created)
+        cache.apply("pods", "ADDED", created)
         lonely = pod("solo", 11, gpu=16)  # no node has 16 GPUs
         lonely["metadata"]["labels"] = {}
-        cache.apply_pod("ADDED", lonely)
+        cache.apply("pods", "ADDED", lonely)
         await sched.cycle()
         await settle(sched)
-        cache.apply_pod("MODIFIED", pod("g-0", 12, node_name="n1"))  # the watch confirms the binding
+        cache.apply("pods", "MODIFIED", pod("g-0", 12, node_name="n1"))  # the watch confirms the binding
         text = sched.metrics.render()
         assert 'gangsched_binds_total{outcome="Bound"} 1.0' in text
         assert 'gangsched_decisions_total{reason="Scheduled"} 1.0' in text
@@ -281,12 +281,12 @@ def test_a_partial_gang_never_rolls_back_pods_it_did_not_bind(bound_for: str) ->
         cache = ClusterCache()
         binder = FakeBinder()
         sched = make(cache, binder, clock)
-        cache.apply_node("ADDED", node("n1"))
-        cache.apply_pod_group("ADDED", group(2, timeout=30))
+        cache.apply("nodes", "ADDED", node("n1"))
+        cache.apply("podgroups", "ADDED", group(2, timeout=30))
         bound = pod("g-0", 10, node_name="n1", phase="Running")
         if bound_for:
             bound["metadata"]["annotations"] = {BOUND_FOR_ANNOTATION: bound_for}
-        cache.apply_pod("ADDED", bound)
+        cache.apply("pods", "ADDED", bound)
         for _ in range(3):
             await sched.cycle()
             await settle(sched)
@@ -304,10 +304,10 @@ def test_pods_of_an_unschedulable_gang_are_marked_once_not_per_attempt() -> None
         cache = ClusterCache()
         binder = FakeBinder()
         sched = make(cache, binder, clock)
-        cache.apply_node("ADDED", node("n1"))
-        cache.apply_pod_group("ADDED", group(2))
-        cache.apply_pod("ADDED", pod("g-0", 10))
-        cache.apply_pod("ADDED", pod("g-1", 11))  # two 8-GPU pods, one 8-GPU node
+        cache.apply("nodes", "ADDED", node("n1"))
+        cache.apply("podgroups", "ADDED", group(2))
+        cache.apply("pods", "ADDED", pod("g-0", 10))
+        cache.apply("pods", "ADDED", pod("g-1", 11))  # two 8-GPU pods, one 8-GPU node
         for _ in range(4):
             await sched.cycle()
             await settle(sched)
@@ -319,8 +319,8 @@ def test_pods_of_an_unschedulable_gang_are_marked_once_not_per_attempt() -> None
             body["status"]["conditions"] = [
                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
             ]
-            cache.apply_pod("MODIFIED", body)
-        cache.apply_node("ADDED", node("n2", gpu=4))  # a change: decided again, still unschedulable
+            cache.apply("pods", "MODIFIED", body)
+        cache.apply("nodes", "ADDED", node("n2", gpu=4))  # a change: decided again, still unschedulable
         await sched.cycle()
         await settle(sched)
         assert sorted(binder.marked) == ["g-0", "g-1"]
@@ -343,14 +343,14 @@ def test_the_live_loop_keeps_a_starving_gangs_reservation_while_it_backs_off() -
             clock=clock,
         )
         for name in ("n1", "n2", "n3"):
-            cache.apply_node("ADDED", node(name))
+            cache.apply("nodes", "ADDED", node(name))
         other = pod("busy", 5, node_name="n1", phase="Running")
         other["spec"]["schedulerName"] = "default-scheduler"
         other["metadata"]["labels"] = {}
-        cache.apply_pod("ADDED", other)
-        cache.apply_pod_group("ADDED", group(3))
+        cache.apply("pods", "ADDED", other)
+        cache.apply("podgroups", "ADDED", group(3))
         for i in range(3):
-            cache.apply_pod("ADDED", pod(f"g-{i}", 10 + i))
+            cache.apply("pods", "ADDED", pod(f"g-{i}", 10 + i))
         rv = 100
         finished: set[str] = set()
         for step in range(12):  # two minutes; each 10 s a small job ends and another arrives
@@ -363,11 +363,11 @@ def test_the_live_loop_keeps_a_starving_gangs_reservation_while_it_backs_off() -
                     rv += 1
                     done = pod(name, rv, node_name=node_name, phase="Succeeded")
                     done["metadata"]["labels"] = {}
-                    cache.apply_pod("MODIFIED", done)
+                    cache.apply("pods", "MODIFIED", done)
             rv += 1
             small = pod(f"small-{step}", rv)
             small["metadata"]["labels"] = {}
-            cache.apply_pod("ADDED", small)
+            cache.apply("pods", "ADDED", small)
             await sched.cycle()
             await settle(sched)
             clock.now += 9.8
@@ -375,7 +375,7 @@ def test_the_live_loop_keeps_a_starving_gangs_reservation_while_it_backs_off() -
         assert len(small_bound) <= 4  # before the reservation (30 s) small jobs take the free nodes
         assert ("ml", "g") in sched.reservations
         # The busy node frees up: the gang lands on its reserved nodes.
-        cache.apply_pod("DELETED", other)
+        cache.apply("pods", "DELETED", other)
         await sched.cycle()
         await settle(sched)
         assert sorted(name for name, _ in binder.bound if name.startswith("g-")) == ["g-0", "g-1", "g-2"]

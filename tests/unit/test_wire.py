@@ -233,7 +233,7 @@ class _Transport:
 
 def _intake(*, delay: float = 0.0) -> tuple[Intake, ClusterCache]:
     cache = ClusterCache()
-    cache.priority_classes = priorities()
+    cache.apply("priorityclasses", "ADDED", {"metadata": {"name": "high"}, "value": 1000})
     live = LiveReader(cache=cache, transport=_Transport(), scheduler_name="gangsched")  # type: ignore[arg-type]
     faults = Faults(watch_delay_seconds=delay)
     return Intake(cache=cache, scheduler=_Scheduler(), live=live, faults=faults), cache  # type: ignore[arg-type]
@@ -247,7 +247,7 @@ def read_pod_everywhere(body: Mapping[str, Any]) -> Recorder:
     async def run() -> None:
         for delay in (0.0, 0.001):
             intake, _ = _intake(delay=delay)
-            await intake.pods_listed([wrap(body, (), recorder)], "1")
+            await intake.listed("pods", [wrap(body, (), recorder)], "1")
             for event_type in ("ADDED", "MODIFIED", "DELETED"):
                 await intake.pod(event_type, wrap(body, (), recorder))
             await asyncio.sleep(0.01)  # the late events' tasks
@@ -262,9 +262,9 @@ def read_node_everywhere(body: Mapping[str, Any]) -> Recorder:
 
     async def run() -> None:
         intake, _ = _intake()
-        await intake.nodes_listed([wrap(body, (), recorder)], "1")
+        await intake.listed("nodes", [wrap(body, (), recorder)], "1")
         for event_type in ("ADDED", "MODIFIED", "DELETED"):
-            await intake.node(event_type, wrap(body, (), recorder))
+            await intake.event("nodes", event_type, wrap(body, (), recorder))
 
     asyncio.run(run())
     parse_node(wrap(body, (), recorder))

@@ -1,9 +1,8 @@
 """The DRA part of the cache: DeviceClasses, ResourceSlices, ResourceClaims, and the
 allocations gangsched has decided but the watch has not shown yet.
 
-Objects are kept parsed (the model's views: a slice's devices, a claim's spec, allocation and
-reservedFor), never as bodies. Each kind keeps the resourceVersion it holds per object, so a
-late LIST or event cannot roll an object back (as for pods).
+The objects themselves live in the cache's one `Store` (kinds in `cluster.kinds`), parsed,
+with the resourceVersion held per object, as for every kind; this is the layer over them.
 
 **Assumed allocations** are kube-scheduler's "pending allocations" (`SignalClaimPendingAllocation`):
 from the moment a gang is decided until its claim writes return, the engine must see the
@@ -19,30 +18,27 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from gangsched.cluster.kinds import (
+    DEVICE_CLASS,
+    DEVICE_CLASSES,
+    RESOURCE_CLAIM,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICE,
+    RESOURCE_SLICES,
+)
+from gangsched.cluster.store import ByName, Store, key_of
 from gangsched.cluster.versions import body_rv
 from gangsched.engine import DraObjects
 from gangsched.engine.dra.allocator import AllocationResult
 from gangsched.engine.dra.pools import DeviceId
-from gangsched.model import ModelError
-from gangsched.model.dra import (
-    DeviceClass,
-    ResourceClaim,
-    ResourceSlice,
-    parse_allocation,
-    parse_device_class,
-    parse_resource_claim,
-    parse_resource_slice,
-)
+from gangsched.model import Key
+from gangsched.model.dra import DeviceClass, ResourceClaim, ResourceSlice, parse_allocation
 
-Key = tuple[str, str]
 Body = Mapping[str, Any]
 
-DEVICE_CLASSES = "deviceclasses"
-RESOURCE_SLICES = "resourceslices"
-RESOURCE_CLAIMS = "resourceclaims"
+__all__ = ["DEVICE_CLASSES", "RESOURCE_CLAIMS", "RESOURCE_SLICES", "DeviceCache", "claim_path"]
 
 
 def claim_path(namespace: str, name: str, subresource: str = "") -> str:
@@ -50,111 +46,38 @@ def claim_path(namespace: str, name: str, subresource: str = "") -> str:
     return f"{path}/{subresource}" if subresource else path
 
 
-def object_key(body: Body) -> Key:
-    """(namespace, name); namespace "" for the cluster-scoped kinds."""
-    meta = body.get("metadata") or {}
-    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-
-
-@dataclass(slots=True)
-class _Held:
-    """The resourceVersion held of one object (None: not an integer, never compared)."""
-
-    rv: int | None
-
-
 class DeviceCache:
-    """DRA objects as the watches last showed them, plus assumed allocations."""
+    """The DRA kinds as the store holds them, plus assumed allocations and held-back devices."""
 
-    def __init__(self) -> None:
-        self.classes: dict[str, DeviceClass] = {}
-        self.slices: dict[str, ResourceSlice] = {}
-        self.claims: dict[Key, ResourceClaim] = {}
-        self._held: dict[tuple[str, Key], _Held] = {}
+    def __init__(self, store: Store) -> None:
+        self._store = store
         self._seen_rv: dict[Key, int] = {}
         self._assumed: dict[Key, ResourceClaim] = {}
         # Devices whose binding conditions failed, until the loop's clock passes the value.
         self._unavailable: dict[DeviceId, float] = {}
-        # Objects that could not be parsed, with why (kind, namespace, name) -> message.
-        self.invalid: dict[tuple[str, str, str], str] = {}
         self.enabled = False  # the API serves resource.k8s.io/v1 (set by the runtime)
 
-    # ------------------------------------------------------------------ feeding
+    @property
+    def classes(self) -> Mapping[str, DeviceClass]:
+        return ByName(self._store.objects(DEVICE_CLASS))
 
-    def _stale(self, kind: str, key: Key, body: Body) -> bool:
-        held = self._held.get((kind, key))
-        incoming = body_rv(body)
-        return held is not None and held.rv is not None and incoming is not None and incoming < held.rv
+    @property
+    def slices(self) -> Mapping[str, ResourceSlice]:
+        return ByName(self._store.objects(RESOURCE_SLICE))
 
-    def apply(self, kind: str, event_type: str | None, body: Body) -> bool:
-        """One event or listed object of `kind`; True when what the engine sees changed."""
-        key = object_key(body)
-        if event_type == "DELETED":
-            self._held.pop((kind, key), None)
-            self.invalid.pop((kind, *key), None)
-            if kind == RESOURCE_CLAIMS:
-                self._seen_rv.pop(key, None)
-                self._assumed.pop(key, None)
-                return self.claims.pop(key, None) is not None
-            if kind == RESOURCE_SLICES:
-                return self.slices.pop(key[1], None) is not None
-            return self.classes.pop(key[1], None) is not None
-        if kind == RESOURCE_CLAIMS:
-            rv = body_rv(body)
-            if rv is not None and rv > self._seen_rv.get(key, 0):
-                self._seen_rv[key] = rv
-        if self._stale(kind, key, body):
-            return False
-        self._held[(kind, key)] = _Held(body_rv(body))
-        try:
-            return self._store(kind, key, body)
-        except (ModelError, KeyError, TypeError, ValueError) as exc:
-            # An object we cannot read offers nothing: say why, never crash the watch.
-            self.invalid[(kind, *key)] = str(exc)
-            if kind == RESOURCE_CLAIMS:
-                return self.claims.pop(key, None) is not None
-            if kind == RESOURCE_SLICES:
-                return self.slices.pop(key[1], None) is not None
-            return self.classes.pop(key[1], None) is not None
+    @property
+    def claims(self) -> Mapping[Key, ResourceClaim]:
+        return self._store.objects(RESOURCE_CLAIM)
 
-    def _store(self, kind: str, key: Key, body: Body) -> bool:
-        self.invalid.pop((kind, *key), None)
-        if kind == RESOURCE_CLAIMS:
-            claim = parse_resource_claim(body)
-            old = self.claims.get(key)
-            self.claims[key] = claim
-            return old is None or _claim_view(old) != _claim_view(claim)
-        if kind == RESOURCE_SLICES:
-            slice_ = parse_resource_slice(body)
-            old_slice = self.slices.get(key[1])
-            if (
-                old_slice is not None
-                and dataclasses.replace(old_slice, resource_version=slice_.resource_version) == slice_
-            ):
-                return False  # keep the old object: device tables are cached by it
-            self.slices[key[1]] = slice_
-            return True
-        device_class = parse_device_class(body)
-        old_class = self.classes.get(key[1])
-        if old_class is not None and dataclasses.replace(
-            old_class, resource_version=""
-        ) == dataclasses.replace(device_class, resource_version=""):
-            return False
-        self.classes[key[1]] = device_class
-        return True
-
-    def vanished(self, kind: str, listed: Iterable[Key], list_rv: str) -> list[Key]:
-        """Objects of `kind` held at a version no newer than a LIST at `list_rv` that the LIST
-        no longer shows."""
-        shown = set(listed)
-        limit = int(list_rv) if list_rv.isdigit() else None
-        out = []
-        for (held_kind, key), held in self._held.items():
-            if held_kind != kind or key in shown:
-                continue
-            if limit is None or held.rv is None or held.rv <= limit:
-                out.append(key)
-        return out
+    def watched_claim(self, key: Key, body: Body | None) -> None:
+        """The watch showed the claim at `body` (None: deleted)."""
+        if body is None:
+            self._seen_rv.pop(key, None)
+            self._assumed.pop(key, None)
+            return
+        rv = body_rv(body)
+        if rv is not None and rv > self._seen_rv.get(key, 0):
+            self._seen_rv[key] = rv
 
     # ------------------------------------------------------------------ our writes
 
@@ -173,9 +96,8 @@ class DeviceCache:
         finalizer is written first, and its answer has none yet; dropping the assumption
         there let the next cycle hand the same devices out again (the window between the
         finalizer's and the allocation's answers)."""
-        key = object_key(body)
-        self._held[(RESOURCE_CLAIMS, key)] = _Held(body_rv(body))
-        self._store(RESOURCE_CLAIMS, key, body)
+        key = key_of(body)
+        self._store.apply(RESOURCE_CLAIM, "MODIFIED", body)
         stored = self.claims.get(key)
         if stored is not None and stored.allocation is not None:
             self._assumed.pop(key, None)
@@ -196,7 +118,8 @@ class DeviceCache:
 
     def objects(self, now: float) -> DraObjects | None:
         """What the engine gets (None when the cluster has no DRA objects at all)."""
-        if not self.classes and not self.slices and not self.claims:
+        classes, slices = self._store.objects(DEVICE_CLASS), self._store.objects(RESOURCE_SLICE)
+        if not classes and not slices and not self.claims:
             return None
         # Copies: the engine runs in a worker thread while watch events change these dicts.
         claims = dict(self.claims)
@@ -206,8 +129,8 @@ class DeviceCache:
             if until <= now:
                 del self._unavailable[device]
         return DraObjects(
-            classes=dict(self.classes),
-            slices=list(self.slices.values()),
+            classes={name: c for (_, name), c in classes.items()},
+            slices=list(slices.values()),
             claims=claims,
             unavailable=frozenset(self._unavailable),
         )
@@ -219,15 +142,3 @@ class DeviceCache:
             RESOURCE_CLAIMS: len(self.claims),
             "assumed_allocations": len(self._assumed),
         }
-
-
-def _claim_view(claim: ResourceClaim) -> tuple[object, ...]:
-    """What of a claim can change a decision: not reservedFor (who uses an allocated claim
-    does not change which devices it holds) nor its resourceVersion."""
-    allocation = claim.allocation
-    return (
-        claim.uid,
-        claim.spec,
-        claim.deleting,
-        None if allocation is None else (allocation.devices, allocation.node_selector),
-    )

@@ -12,11 +12,13 @@ holding capacity, nodes taking bindings) for good. An informer here
 - backs off exponentially (0.2 s to 5 s) on any error, forever, and says in `WatchHealth`
   since when it has been down, which the liveness probe turns into "unhealthy" past a budget;
 - applies events one at a time in stream order: nothing is lost or reordered;
+- for a `strict` resource (PodGroups), lists before every watch and tells its sink `lost`
+  the moment a watch ends, so the cache knows the kind may be stale until that LIST is in
+  (a resumed watch replays what was missed, but nothing says when the replay is over);
 - decodes with the resource's `cluster.wire` codec: msgspec, and for Pods and Nodes only the
   fields the model reads (docs/benchmarks.md "Watch intake").
 
-Which kinds use an informer and which stay on kopf handlers is decided in `runtime`; kinds on
-kopf are reconciled by periodic LISTs through the same sinks (`Reconciler`).
+Every watched kind has one (`runtime` starts them); kopf watches nothing (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -51,18 +53,24 @@ class Sink(Protocol):
     async def replace(self, items: Sequence[Mapping[str, Any]], resource_version: str) -> None:
         """The kind is exactly `items` as of `resource_version`: what else is held vanished."""
 
+    def lost(self) -> None:
+        """The watch ended: until the next `replace`, what is held may be stale."""
+
 
 @dataclass(frozen=True, slots=True)
 class Resource:
     """A watched collection: `kind` names it in logs and health, `path` is its cluster-wide URL.
 
     `codec` decodes its LIST pages and watch events; by default the projection `cluster.wire`
-    has for `path` (Pods, Nodes), else every field."""
+    has for `path` (Pods, Nodes), else every field. `strict`: every watch starts with a LIST
+    and its end is reported to the sink (`Sink.lost`), for kinds no decision may rest on
+    while they may be stale (PodGroups: few objects, a LIST costs little)."""
 
     kind: str
     path: str
     query: Mapping[str, str] = field(default_factory=dict)
     codec: Codec | None = None
+    strict: bool = False
 
     @property
     def decoder(self) -> Codec:
@@ -186,11 +194,16 @@ class Informer:
         """List and watch until cancelled; errors back off and retry, forever."""
         delay = self.backoff_initial
         kind = self.resource.kind
+        strict = self.resource.strict
         while True:
             try:
-                if self.resource_version is None:
+                if self.resource_version is None or strict:
                     await self._list()
-                await self._watch()
+                try:
+                    await self._watch()
+                finally:
+                    if strict:
+                        self.sink.lost()
                 delay = self.backoff_initial
             except asyncio.CancelledError:
                 raise
@@ -261,55 +274,3 @@ async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
                 yield line
     if buffer.strip():
         yield buffer
-
-
-def run_all(informers: Sequence[Informer]) -> list[asyncio.Task[None]]:
-    """One named task per informer."""
-    loop = asyncio.get_running_loop()
-    return [loop.create_task(i.run(), name=f"informer {i.resource.kind}") for i in informers]
-
-
-class Reconciler:
-    """For kinds watched by kopf: periodic consistent LISTs through the same sink.
-
-    kopf reports only what exists after it lists again, never what vanished, so every
-    `period` seconds, and soon after `request()` (a kopf re-list, or another watch that came
-    back after an outage), the kind is listed and handed to `sink.replace`.
-    """
-
-    def __init__(
-        self,
-        *,
-        session: ApiSession,
-        resources: Sequence[tuple[Resource, Sink]],
-        period: float = 10.0,
-        debounce: float = 1.0,
-    ) -> None:
-        self.session = session
-        self.resources = list(resources)
-        self.period = period
-        self.debounce = debounce
-        self._requested = asyncio.Event()
-
-    def request(self, *_: object) -> None:
-        self._requested.set()
-
-    async def run(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._requested.wait(), timeout=self.period)
-                await asyncio.sleep(self.debounce)  # let a burst (a kopf re-list) settle first
-            except TimeoutError:
-                pass
-            self._requested.clear()
-            for resource, sink in self.resources:
-                await self.once(resource, sink)
-
-    async def once(self, resource: Resource, sink: Sink) -> bool:
-        try:
-            items, resource_version = await list_all(self.session, resource)
-        except Exception as exc:
-            log.debug("reconciling %s: %s", resource.kind, exc)
-            return False
-        await sink.replace(items, resource_version)
-        return True

@@ -12,22 +12,19 @@ Everything read is applied to the cache here, so other modules never feed it by 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from gangsched.cluster.cache import ClusterCache, Key
 from gangsched.cluster.devices import RESOURCE_CLAIMS, claim_path
+from gangsched.cluster.kinds import POD
 from gangsched.model import POD_GROUP_LABEL, TERMINAL_PHASES, ModelError
 from gangsched.model.pod import pod_group_of
 from gangsched.transport import Transport
 
 log = logging.getLogger(__name__)
-
-
-def _deleted(key: Key) -> dict[str, Any]:
-    return {"metadata": {"namespace": key[0], "name": key[1]}}
 
 
 def _is_member(body: Mapping[str, Any]) -> bool:
@@ -50,7 +47,7 @@ class LiveReader:
     async def prime_finished(self) -> None:
         """Finished members of our groups, which no watch carries, before the first decision."""
         for item in await self.finished_members():
-            self.cache.apply_pod("LISTED", item)
+            self.cache.apply(POD.name, "LISTED", item)
         cache = self.cache
         log.info(
             "cache primed: %d nodes, %d pods, %d PodGroups",
@@ -109,50 +106,74 @@ class LiveReader:
             out += [item for item in items if _is_member(item)]
         return out
 
-    async def refresh_pod(self, key: Key) -> None:
-        """Replace what the cache holds for one pod with what the server says now."""
+    async def refresh_pod(self, key: Key) -> Mapping[str, Any] | None:
+        """Replace what the cache holds for one pod with what the server says now (returned;
+        None: the pod does not exist)."""
         body = await self.read_pod(*key)
         if body is None:
-            self.cache.apply_pod("DELETED", _deleted(key))
+            self.cache.remove(POD.name, key)
         else:
-            self.cache.apply_pod("MODIFIED", body)
+            self.cache.apply(POD.name, "MODIFIED", body)
+        return body
+
+    async def refresh_claim(self, key: Key) -> None:
+        """Replace what the cache holds for one ResourceClaim with what the server says now."""
+        body = await self.read_claim(*key)
+        if body is None:
+            self.cache.remove(RESOURCE_CLAIMS, key)
+        else:
+            self.cache.apply(RESOURCE_CLAIMS, "MODIFIED", body)
 
     async def catch_up(self, group: Key) -> None:
         """The watch is late or versions are not comparable: read the pods we bound directly."""
         for pod_key in self.cache.pending_binds(group):
             body = await self.read_pod(*pod_key)
             if body is None:
-                self.cache.apply_pod("DELETED", _deleted(pod_key))
+                self.cache.remove(POD.name, pod_key)
             elif (body.get("spec") or {}).get("nodeName"):
-                self.cache.apply_pod("MODIFIED", body)
+                self.cache.apply(POD.name, "MODIFIED", body)
         for claim_key in self.cache.pending_claims(group):
             claim = await self.read_claim(*claim_key)
-            event = "DELETED" if claim is None else "MODIFIED"
-            self.cache.apply_dra(RESOURCE_CLAIMS, event, claim or _deleted(claim_key))
+            if claim is None:
+                self.cache.remove(RESOURCE_CLAIMS, claim_key)
+            else:
+                self.cache.apply(RESOURCE_CLAIMS, "MODIFIED", claim)
         self.cache.status_write_observed(group)  # the status we wrote is ours; the rest comes from the watch
 
-    async def pod_gone(self, body: Mapping[str, Any]) -> None:
-        """A DELETED event from the watch of unfinished pods: the pod is gone, or it finished.
+    async def pod_gone(self, key: Key) -> None:
+        """The watch of unfinished pods no longer shows the pod: it is gone, or it finished.
 
         For members of our groups the difference matters (Succeeded/Failed counts, phase), so
-        they are read live; everything else simply leaves the cache (it holds no capacity).
-        """
-        meta = body.get("metadata") or {}
-        spec = body.get("spec") or {}
-        if spec.get("schedulerName") == self.scheduler_name and _is_member(body):
-            try:
-                live = await self.read_pod(str(meta.get("namespace") or "default"), str(meta.get("name")))
-            except Exception as exc:
-                log.warning("could not read pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
-                live = None
-            if (
-                live is not None
-                and (live.get("metadata") or {}).get("uid") == meta.get("uid")
-                and (live.get("status") or {}).get("phase") in TERMINAL_PHASES
-            ):
-                self.cache.apply_pod("MODIFIED", live)
-                return
-        self.cache.apply_pod("DELETED", body)
+        they are read live and kept when finished; everything else simply leaves the cache
+        (it holds no capacity)."""
+        live = await self._finished_member(key)
+        if live is not None:
+            self.cache.apply(POD.name, "MODIFIED", live)
+        else:
+            self.cache.remove(POD.name, key)
+
+    async def finished_of(self, keys: Iterable[Key]) -> list[Mapping[str, Any]]:
+        """Of the pods held under `keys` that a LIST of unfinished pods no longer showed, the
+        members of our groups that finished (read live), to be kept."""
+        found = [await self._finished_member(key) for key in keys]
+        return [body for body in found if body is not None]
+
+    async def _finished_member(self, key: Key) -> Mapping[str, Any] | None:
+        pod = self.cache.pods.get(key)
+        if pod is None or pod.scheduler_name != self.scheduler_name or pod.pod_group is None:
+            return None
+        try:
+            live = await self.read_pod(*key)
+        except Exception as exc:
+            log.warning("could not read pod %s/%s: %s", key[0], key[1], exc)
+            return None
+        if (
+            live is not None
+            and (live.get("metadata") or {}).get("uid") == pod.uid
+            and (live.get("status") or {}).get("phase") in TERMINAL_PHASES
+        ):
+            return live
+        return None
 
     async def resync_finished(self) -> None:
         """Finished members leave the watch; re-list them now and then to see deletions."""
@@ -165,7 +186,7 @@ class LiveReader:
         for item in items:
             meta = item.get("metadata") or {}
             seen.add((str(meta.get("namespace")), str(meta.get("name"))))
-            self.cache.apply_pod("LISTED", item)
+            self.cache.apply(POD.name, "LISTED", item)
         for key, pod in list(self.cache.pods.items()):
             if pod.terminal and pod.scheduler_name == self.scheduler_name and key not in seen:
-                self.cache.apply_pod("DELETED", _deleted(key))
+                self.cache.remove(POD.name, key)

@@ -32,7 +32,14 @@ from kubernetes.config.config_exception import ConfigException
 from gangsched import __version__, model
 from gangsched._rawapi import list_items, request_json
 from gangsched.cluster.cache import ClusterCache
-from gangsched.cluster.devices import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from gangsched.cluster.kinds import (
+    BUDGET,
+    DEVICE_CLASSES,
+    NATIVE_POD_GROUP,
+    POD_GROUP,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
 from gangsched.model import (
     GROUP,
     LIVE_PODS_SELECTOR,
@@ -139,31 +146,34 @@ def read_cluster(api: client.ApiClient, *, dra: bool = True, native: bool | None
     """The cluster as the operator's cache would hold it after its first LISTs. Native
     PodGroups are listed when `native` (None: when the API serves them, asked once here)."""
     cache = ClusterCache()
-    for item in _list(api, "/apis/scheduling.k8s.io/v1/priorityclasses", what="list priorityclasses"):
-        cache.apply_priority_class("LISTED", item)
-    for item in _list(api, "/api/v1/nodes", what="list nodes"):
-        cache.apply_node("LISTED", item)
+    # LIST pages of one kind carry no resourceVersion here: "" replaces whatever is held
+    # (nothing, in a new cache), exactly as an informer's first LIST does.
+    cache.replace(
+        "priorityclasses",
+        _list(api, "/apis/scheduling.k8s.io/v1/priorityclasses", what="list priorityclasses"),
+        "",
+    )
+    cache.replace("nodes", _list(api, "/api/v1/nodes", what="list nodes"), "")
     query = {"fieldSelector": LIVE_PODS_SELECTOR}
-    for item in _list(api, "/api/v1/pods", what="list pods", query=query):
-        cache.apply_pod("LISTED", item)
-    for item in _list(api, f"/apis/{GROUP}/{VERSION}/{PLURAL}", what=f"list {PLURAL}.{GROUP}"):
-        cache.apply_pod_group("LISTED", item, PodGroupApi.GANGSCHED)
+    cache.replace("pods", _list(api, "/api/v1/pods", what="list pods", query=query), "")
+    cache.replace(
+        POD_GROUP.name, _list(api, f"/apis/{GROUP}/{VERSION}/{PLURAL}", what=f"list {PLURAL}.{GROUP}"), ""
+    )
     if native is None:
         native = serves_native_pod_groups(api)
     if native:
         cache.native_pod_groups = True
         path = f"/apis/{NATIVE_GROUP_VERSION}/{PLURAL}"
         # Optional: a user who may not list them still gets gangsched's PodGroups explained.
-        for item in _list(api, path, what=f"list {PodGroupApi.NATIVE.resource}", optional=True):
-            cache.apply_pod_group("LISTED", item, PodGroupApi.NATIVE)  # LIST items carry no apiVersion
+        items = _list(api, path, what=f"list {PodGroupApi.NATIVE.resource}", optional=True)
+        cache.replace(NATIVE_POD_GROUP.name, items, "")
     budgets = _list(api, "/apis/policy/v1/poddisruptionbudgets", what="list pdbs", optional=True)
-    for item in budgets:
-        cache.apply_budget("LISTED", item)
+    cache.replace(BUDGET.name, budgets, "")
     if dra and get(api, "/apis/resource.k8s.io/v1", what="discover resource.k8s.io/v1") is not None:
         cache.devices.enabled = True
         for kind in (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS):
-            for item in _list(api, f"/apis/resource.k8s.io/v1/{kind}", what=f"list {kind}", optional=True):
-                cache.apply_dra(kind, "LISTED", item)
+            items = _list(api, f"/apis/resource.k8s.io/v1/{kind}", what=f"list {kind}", optional=True)
+            cache.replace(kind, items, "")
     return cache
 
 
@@ -195,7 +205,7 @@ def read_members(
             if (item.get("status") or {}).get("phase") in model.TERMINAL_PHASES and _names_group(
                 item, name, group_api
             ):
-                cache.apply_pod("LISTED", item)
+                cache.apply("pods", "LISTED", item)
 
 
 # ------------------------------------------------------------------------- PodGroup lookup

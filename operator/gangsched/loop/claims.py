@@ -48,7 +48,6 @@ from gangsched.binder import (
     pod_ref,
 )
 from gangsched.cluster import ClusterCache, Key, LiveReader
-from gangsched.cluster.devices import RESOURCE_CLAIMS
 from gangsched.engine.dra.allocator import AllocationResult
 from gangsched.engine.dra.pools import DeviceId
 from gangsched.loop.config import SchedulerConfig
@@ -297,8 +296,7 @@ class ClaimStep:
         return self.cache.devices.claims.get(key)
 
     async def _reread(self, key: Key) -> ResourceClaim | None:
-        body = await self.live.read_claim(*key)
-        self.cache.apply_dra(RESOURCE_CLAIMS, "DELETED" if body is None else "MODIFIED", body or _stub(key))
+        await self.live.refresh_claim(key)
         return self._claim(key)
 
     async def _write(self, group: Key, w: ClaimWork) -> str | None:
@@ -532,7 +530,3 @@ def _ours(claim: ResourceClaim, w: ClaimWork) -> bool:
 
 def _detail(exc: Exception) -> str:
     return error_message(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
-
-
-def _stub(key: Key) -> dict[str, Any]:
-    return {"metadata": {"namespace": key[0], "name": key[1]}}

@@ -116,7 +116,7 @@ class ExtendedClaims:
                     return (
                         f"pod {pod.name}: could not create its extended-resource claim: {error_message(exc)}"
                     )
-                self.cache.apply_dra(RESOURCE_CLAIMS, "ADDED", created)
+                self.cache.apply(RESOURCE_CLAIMS, "ADDED", created)
                 real = (pod.namespace, str(created["metadata"]["name"]))
             if provisional in allocations:
                 allocations[real] = allocations.pop(provisional)

@@ -128,15 +128,16 @@ class BindingPipeline:
 
     async def _settle_conflict(self, result: BindResult) -> BindResult:
         """A 409 for a pod that is bound to the node we chose is our own Binding (a retry after
-        a lost answer): it counts as bound, and its claims must stay. Believe the server."""
+        a lost answer): it counts as bound, and its claims must stay. Believe the server: the
+        pod is read once, and `live` puts what it says into the cache."""
         if result.outcome is not BindOutcome.CONFLICT:
             return result
         try:
-            body = await self.live.read_pod(result.pod.namespace, result.pod.name)
-        except Exception:
+            body = await self.live.refresh_pod(result.pod.key)
+        except Exception as exc:
+            log.warning("could not read pod %s/%s after a conflict: %s", *result.pod.key, exc)
             return result
         if body is not None:
-            self.cache.apply_pod("MODIFIED", body)
             meta, spec = body.get("metadata") or {}, body.get("spec") or {}
             if meta.get("uid") == result.pod.uid and spec.get("nodeName") == result.node:
                 return BindResult(result.pod, result.node, BindOutcome.BOUND)
@@ -156,10 +157,8 @@ class BindingPipeline:
                     message = f"Successfully assigned {r.pod.namespace}/{r.pod.name} to {r.node}"
                     self.reporter.post(pod_ref(r.pod), "Normal", EventReason.SCHEDULED, message)
                 continue
+            # A conflict was read back from the server already (`_settle_conflict`).
             self.cache.forget(r.pod.key)
-            if r.outcome is BindOutcome.CONFLICT:
-                # Someone else bound it (or it is going away): believe the server, not the cache.
-                await self.live.refresh_pod(r.pod.key)
             log.warning(
                 "binding %s/%s to %s: %s %s", r.pod.namespace, r.pod.name, r.node, r.outcome.value, r.detail
             )

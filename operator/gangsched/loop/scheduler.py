@@ -156,13 +156,15 @@ class Scheduler:
             self._finished_synced = now
             await self.live.resync_finished()
         exclude, ready = await self._select(now)
-        await self.repair.check(now)
+        if self.cache.pod_groups_synced():
+            await self.repair.check(now)
         if now - self._claims_scanned >= _CLAIM_SCAN_SECONDS:
             # Both walk every claim of the cluster: not on every cycle of a busy loop.
             self._claims_scanned = now
             if self.cache.devices.claims:
                 await self.claims.sweep(self.queue.binding, self._schedule_timeout)
-            await self.group_claims.sync()
+            if self.cache.pod_groups_synced():  # it deletes the claims of deleted groups
+                await self.group_claims.sync()
         if ready:
             # What the snapshot saw: events applied while the engine runs count as changes after it.
             seen_generation = self.cache.generation
@@ -229,8 +231,17 @@ class Scheduler:
             pending_by_group.setdefault((key, is_group), []).append(pod)
         exclude: set[Key] = set()
         ready = False
+        # A PodGroup watch ended and has not listed again: a PodGroup held may be gone (deleted
+        # while the watch was down), so nothing that involves one is decided until it has.
+        groups_synced = cache.pod_groups_synced()
+        if not groups_synced:
+            self.wake_later(0.1)
         for (key, is_group), members in pending_by_group.items():
-            if not self.config.in_scope(key[0]) or not await self._may_decide(key, is_group, now):
+            if (
+                (is_group and not groups_synced)
+                or not self.config.in_scope(key[0])
+                or not await self._may_decide(key, is_group, now)
+            ):
                 exclude.update(p.key for p in members)
             else:
                 ready = True

@@ -1,0 +1,165 @@
+"""The kinds the cache holds, as `store.Kind`s: how each body is parsed, what of it counts.
+
+`KINDS` maps a collection's name (what informers, `observed_rv` and /debug/cache call it)
+to its kind, so the watches feed every kind through one `ClusterCache.apply`/`replace`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from gangsched.cluster.store import Body, Kind
+from gangsched.model import (
+    Node,
+    Pod,
+    PodGroup,
+    PodGroupApi,
+    PriorityClass,
+    PriorityClasses,
+    parse_native_pod_group,
+    parse_node,
+    parse_pod,
+    parse_pod_group,
+    parse_priority_class,
+)
+from gangsched.model.dra import (
+    DeviceClass,
+    ResourceClaim,
+    ResourceSlice,
+    parse_device_class,
+    parse_resource_claim,
+    parse_resource_slice,
+)
+from gangsched.model.pdb import DisruptionBudget, parse_disruption_budget
+
+DEVICE_CLASSES = "deviceclasses"
+RESOURCE_SLICES = "resourceslices"
+RESOURCE_CLAIMS = "resourceclaims"
+
+# What a body's parser may also raise besides ModelError (hand-written readers of optional
+# fields); reported as the object's `invalid` message like any ModelError.
+_READER_ERRORS: tuple[type[Exception], ...] = (KeyError, TypeError, ValueError)
+
+
+def _pod_view(pod: Pod) -> object:
+    """What of a pod can change a placement decision (not its status conditions, IPs, ...)."""
+    return (
+        pod.uid,
+        pod.node_name,
+        pod.terminal,
+        pod.deleting,
+        pod.scheduling_gated,
+        pod.scheduler_name,
+        pod.pod_group,
+        pod.pod_group_api,
+        pod.priority,
+        tuple(sorted(pod.requests.items())),
+        pod.placement,
+        pod.claims,
+        tuple(sorted(pod.claim_statuses.items(), key=lambda kv: kv[0])),
+    )
+
+
+def _pod_group_view(group: PodGroup) -> object:
+    # Our own status writes come back with the same generation: not a change to react to.
+    return (group.uid, group.generation)
+
+
+_POD_GROUP_META = ("name", "namespace", "uid", "generation", "resourceVersion", "creationTimestamp")
+
+
+def _pod_group_body(body: Body) -> Body:
+    """A projection, not the body (managedFields alone can be kilobytes): what parsing again
+    after a PriorityClass change and the last written status need."""
+    meta: Mapping[str, Any] = body.get("metadata") or {}
+    return {
+        "metadata": {k: meta[k] for k in _POD_GROUP_META if k in meta},
+        "spec": body.get("spec") or {},
+        "status": body.get("status") or {},
+    }
+
+
+def _claim_view(claim: ResourceClaim) -> object:
+    """Not reservedFor (who uses an allocated claim does not change which devices it holds)
+    nor its resourceVersion."""
+    allocation = claim.allocation
+    return (
+        claim.uid,
+        claim.spec,
+        claim.deleting,
+        None if allocation is None else (allocation.devices, allocation.node_selector),
+    )
+
+
+def _without_version(obj: ResourceSlice | DeviceClass) -> object:
+    return dataclasses.replace(obj, resource_version="")
+
+
+def _ignore_priorities(parse: Any) -> Any:
+    def parse_alone(body: Body, _: PriorityClasses) -> Any:
+        return parse(body)
+
+    return parse_alone
+
+
+POD: Kind[Pod] = Kind("pods", lambda body, priorities: parse_pod(body, priorities=priorities), view=_pod_view)
+NODE: Kind[Node] = Kind("nodes", _ignore_priorities(parse_node), namespaced=False)
+POD_GROUP: Kind[PodGroup] = Kind(
+    "podgroups",
+    lambda body, priorities: parse_pod_group(body, priorities=priorities),
+    view=_pod_group_view,
+    keep_body=_pod_group_body,
+)
+NATIVE_POD_GROUP: Kind[PodGroup] = Kind(
+    PodGroupApi.NATIVE.resource,
+    lambda body, priorities: parse_native_pod_group(body, priorities=priorities),
+    view=_pod_group_view,
+    keep_body=_pod_group_body,
+)
+PRIORITY_CLASS: Kind[PriorityClass] = Kind(
+    "priorityclasses", _ignore_priorities(parse_priority_class), namespaced=False
+)
+BUDGET: Kind[DisruptionBudget] = Kind(
+    "poddisruptionbudgets", _ignore_priorities(parse_disruption_budget), errors=_READER_ERRORS
+)
+DEVICE_CLASS: Kind[DeviceClass] = Kind(
+    DEVICE_CLASSES,
+    _ignore_priorities(parse_device_class),
+    namespaced=False,
+    view=_without_version,
+    keep_equal=True,  # device tables and selector answers are cached by the object
+    errors=_READER_ERRORS,
+)
+RESOURCE_SLICE: Kind[ResourceSlice] = Kind(
+    RESOURCE_SLICES,
+    _ignore_priorities(parse_resource_slice),
+    namespaced=False,
+    view=_without_version,
+    keep_equal=True,
+    errors=_READER_ERRORS,
+)
+RESOURCE_CLAIM: Kind[ResourceClaim] = Kind(
+    RESOURCE_CLAIMS, _ignore_priorities(parse_resource_claim), view=_claim_view, errors=_READER_ERRORS
+)
+
+POD_GROUP_KINDS: Mapping[PodGroupApi, Kind[PodGroup]] = {
+    PodGroupApi.GANGSCHED: POD_GROUP,
+    PodGroupApi.NATIVE: NATIVE_POD_GROUP,
+}
+
+KINDS: Mapping[str, Kind[Any]] = {
+    kind.name: kind
+    for kind in (
+        POD,
+        NODE,
+        POD_GROUP,
+        NATIVE_POD_GROUP,
+        PRIORITY_CLASS,
+        BUDGET,
+        DEVICE_CLASS,
+        RESOURCE_SLICE,
+        RESOURCE_CLAIM,
+    )
+}

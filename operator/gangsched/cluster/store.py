@@ -1,0 +1,241 @@
+"""One store for every watched kind, fed as client-go's reflector feeds its Indexer.
+
+Every kind (Pods, Nodes, PodGroups of both APIs, PriorityClasses, PodDisruptionBudgets, the
+DRA kinds) is one `Kind`: how to parse a body into the model's view, and what of that view can
+change a decision. The store holds, per kind and key, the parsed object, the resourceVersion it
+was held at and why a body could not be parsed; it is changed in three ways only:
+
+- `apply(kind, event_type, body)`: one watch event or read (DELETED removes);
+- `remove(kind, key)`: the object is gone (a live read said 404, a LIST no longer holds it);
+- `replace(kind, items, rv)`: the kind is exactly `items` as of a LIST at `rv`: what else is
+  held at a version no newer than `rv` vanished (an object created after the LIST is newer,
+  and its ADDED event is on its way).
+
+An object older than the one held (a late LIST, a stale event) is ignored, so nothing rolls
+the store back. Each change is returned as a `Change` so the cache can keep its indexes (a
+group's members, which PodGroup of a name is scheduled) without a second copy of the rules.
+
+Sync (client-go's `HasSynced`): a kind the runtime `expect`s is unsynced until its first
+`replace`, and again from `lost` (its watch ended) until the next one. The loop holds every
+decision involving a PodGroup while a PodGroup kind is unsynced (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from gangsched.cluster.versions import parse_rv
+from gangsched.model import Key, ModelError, PriorityClasses
+
+Body = Mapping[str, Any]
+T = TypeVar("T")
+
+
+def key_of(body: Body, *, namespaced: bool = True) -> Key:
+    """(namespace, name); namespace "" for cluster-scoped kinds, "default" when a namespaced
+    body names none (as the API would default it)."""
+    meta = body.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "default") if namespaced else ""
+    return (namespace, str(meta.get("name") or ""))
+
+
+def _same(view: object) -> object:
+    return view
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Kind(Generic[T]):
+    """One watched kind: `name` is its collection ("pods", "podgroups.scheduling.k8s.io", ...)."""
+
+    name: str
+    parse: Callable[[Body, PriorityClasses], T]
+    namespaced: bool = True
+    # What of an object can change a decision: equal views are no change to react to
+    # (node heartbeats, pod status conditions, the echo of our own status write).
+    view: Callable[[T], object] = _same
+    # On an equal view keep the object held: caches downstream are keyed by it (device tables).
+    keep_equal: bool = False
+    # A projection of the body kept to parse it again when what parsing reads changes
+    # (a PodGroup's priority after a PriorityClass event), and to read its last status.
+    keep_body: Callable[[Body], Body] | None = None
+    # Errors a body of this kind can raise besides ModelError (reported, never raised).
+    errors: tuple[type[Exception], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Change(Generic[T]):
+    """What one call did to one key: `old` -> `new` (None: absent, or not parseable)."""
+
+    key: Key
+    old: T | None
+    new: T | None
+    # The view changed (or the object came or went): a change a decision can depend on.
+    significant: bool
+
+
+class _Table(Generic[T]):
+    __slots__ = ("bodies", "invalid", "objects", "versions")
+
+    def __init__(self) -> None:
+        self.objects: dict[Key, T] = {}
+        self.versions: dict[Key, str] = {}  # held per key, valid or not
+        self.invalid: dict[Key, str] = {}
+        self.bodies: dict[Key, Body] = {}
+
+
+def _older(incoming: str, held: str) -> bool:
+    new, old = parse_rv(incoming), parse_rv(held)
+    return new is not None and old is not None and new < old
+
+
+def _not_newer(held: str, list_rv: str) -> bool:
+    version, listed = parse_rv(held), parse_rv(list_rv)
+    return version is None or listed is None or version <= listed
+
+
+class Store:
+    """Parsed objects of every kind, the version held of each, and what could not be read."""
+
+    def __init__(self, *, priorities: PriorityClasses | None = None) -> None:
+        self.priorities = priorities if priorities is not None else PriorityClasses()
+        self._tables: dict[str, _Table[Any]] = {}
+        # Highest resourceVersion seen per kind (our writes are compared with it, KEP-5647).
+        self.observed_rv: dict[str, int] = {}
+        self._unsynced: set[str] = set()
+
+    def _table(self, kind: Kind[T]) -> _Table[T]:
+        table = self._tables.get(kind.name)
+        if table is None:
+            table = self._tables[kind.name] = _Table()
+        return table
+
+    # ------------------------------------------------------------------ changing
+
+    def apply(self, kind: Kind[T], event_type: str | None, body: Body) -> Change[T] | None:
+        """One event or read object; None when it changed nothing held (stale, or unchanged)."""
+        key = key_of(body, namespaced=kind.namespaced)
+        version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        rv = parse_rv(version)
+        if rv is not None and rv > self.observed_rv.get(kind.name, 0):
+            self.observed_rv[kind.name] = rv
+        if event_type == "DELETED":
+            return self.remove(kind, key)
+        table = self._table(kind)
+        if _older(version, table.versions.get(key, "")):
+            return None  # a late LIST or event: the store already knows better
+        table.versions[key] = version
+        if kind.keep_body is not None:
+            table.bodies[key] = kind.keep_body(body)
+        return self._parse(kind, table, key, body)
+
+    def _parse(self, kind: Kind[T], table: _Table[T], key: Key, body: Body) -> Change[T]:
+        old = table.objects.get(key)
+        errors: tuple[type[Exception], ...] = (ModelError, *kind.errors)
+        try:
+            new = kind.parse(body, self.priorities)
+        except errors as exc:
+            # An object we cannot read offers nothing: say why, never fail the watch on it.
+            table.invalid[key] = str(exc)
+            table.objects.pop(key, None)
+            return Change(key, old, None, True)
+        table.invalid.pop(key, None)
+        if old is not None and kind.view(old) == kind.view(new):
+            if kind.keep_equal:
+                return Change(key, old, old, False)
+            table.objects[key] = new
+            return Change(key, old, new, False)
+        table.objects[key] = new
+        return Change(key, old, new, True)
+
+    def remove(self, kind: Kind[T], key: Key) -> Change[T] | None:
+        table = self._table(kind)
+        table.versions.pop(key, None)
+        table.bodies.pop(key, None)
+        was_invalid = table.invalid.pop(key, None) is not None
+        old = table.objects.pop(key, None)
+        if old is None and not was_invalid:
+            return None
+        return Change(key, old, None, True)
+
+    def replace(self, kind: Kind[T], items: Sequence[Body], resource_version: str) -> list[Change[T]]:
+        """The kind is exactly `items` as of `resource_version` (a LIST); returns every change."""
+        changes = [c for c in (self.apply(kind, "LISTED", item) for item in items) if c is not None]
+        listed = {key_of(item, namespaced=kind.namespaced) for item in items}
+        table = self._table(kind)
+        for key in [
+            k for k, v in table.versions.items() if k not in listed and _not_newer(v, resource_version)
+        ]:
+            change = self.remove(kind, key)
+            if change is not None:
+                changes.append(change)
+        self._unsynced.discard(kind.name)
+        return changes
+
+    def reparse(self, kind: Kind[T]) -> list[Change[T]]:
+        """Parse every kept body of `kind` again (what parsing reads has changed)."""
+        table = self._table(kind)
+        return [self._parse(kind, table, key, body) for key, body in list(table.bodies.items())]
+
+    # ------------------------------------------------------------------ sync
+
+    def expect(self, kind: Kind[Any]) -> None:
+        """`kind` is watched: unsynced until its first LIST is applied."""
+        self._unsynced.add(kind.name)
+
+    def lost(self, kind: Kind[Any]) -> None:
+        """`kind`'s watch ended: what it held may be stale until the next LIST."""
+        self._unsynced.add(kind.name)
+
+    def synced(self, kind: Kind[Any]) -> bool:
+        return kind.name not in self._unsynced
+
+    # ------------------------------------------------------------------ reading
+
+    def objects(self, kind: Kind[T]) -> Mapping[Key, T]:
+        """The objects of `kind` by key (the store's own dict: read it, never change it)."""
+        return self._table(kind).objects
+
+    def get(self, kind: Kind[T], key: Key) -> T | None:
+        return self._table(kind).objects.get(key)
+
+    def body(self, kind: Kind[Any], key: Key) -> Body | None:
+        """The kept projection of the object's body (kinds with `keep_body`)."""
+        return self._table(kind).bodies.get(key)
+
+    def version(self, kind: Kind[Any], key: Key) -> str:
+        return self._table(kind).versions.get(key, "")
+
+    def keys(self, kind: Kind[Any]) -> Iterable[Key]:
+        """Every key held, whether or not its body could be parsed."""
+        return self._table(kind).versions.keys()
+
+    def invalid(self) -> dict[tuple[str, str, str], str]:
+        """(kind, namespace, name) -> why the body could not be read, over every kind."""
+        return {
+            (name, *key): message
+            for name, table in self._tables.items()
+            for key, message in table.invalid.items()
+        }
+
+
+class ByName(Mapping[str, T]):
+    """A cluster-scoped kind's objects by name (the store keys them ("", name))."""
+
+    __slots__ = ("_objects",)
+
+    def __init__(self, objects: Mapping[Key, T]) -> None:
+        self._objects = objects
+
+    def __getitem__(self, name: str) -> T:
+        return self._objects[("", name)]
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for _, name in self._objects)
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def __contains__(self, name: object) -> bool:
+        return ("", name) in self._objects

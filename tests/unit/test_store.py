@@ -1,0 +1,174 @@
+"""The cache's parts: one store for every kind (apply, remove, replace, sync), the assumption
+layer, the write tracker that answers without changing anything; and the loop holding every
+decision that involves a PodGroup while a PodGroup watch has not listed again (issue 23.1)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from test_scheduler import Clock, FakeBinder, group, make, node, pod, settle
+
+from gangsched.cluster import ClusterCache
+from gangsched.cluster.kinds import NODE, POD, POD_GROUP
+from gangsched.cluster.store import Store
+from gangsched_testing.builders import node_manifest, pod_group_manifest, pod_manifest
+
+
+def _pod(name: str, rv: str, **kwargs: Any) -> dict[str, Any]:
+    return pod_manifest(name, "g", uid=f"uid-{name}", resource_version=rv, **kwargs)
+
+
+def test_replace_removes_what_a_list_no_longer_holds_and_keeps_what_is_newer() -> None:
+    store = Store()
+    store.apply(NODE, "ADDED", node_manifest("old", resource_version="5"))
+    store.apply(NODE, "ADDED", node_manifest("kept", resource_version="6"))
+    store.apply(NODE, "ADDED", node_manifest("new", resource_version="30"))
+    changes = store.replace(NODE, [node_manifest("kept", resource_version="6")], "20")
+    assert [(c.key, c.new) for c in changes if c.new is None] == [(("", "old"), None)]
+    # "new" was created after the LIST was taken: its ADDED came first, the LIST cannot know it.
+    assert sorted(store.objects(NODE)) == [("", "kept"), ("", "new")]
+
+
+def test_a_stale_object_never_rolls_the_store_back() -> None:
+    store = Store()
+    store.apply(POD, "MODIFIED", _pod("p", "20", node_name="n1"))
+    assert store.apply(POD, "LISTED", _pod("p", "15")) is None  # a late LIST
+    held = store.get(POD, ("ml", "p"))
+    assert held is not None
+    assert held.node_name == "n1"
+    # Deleting is not versioned: a DELETED is final whatever it carries.
+    change = store.apply(POD, "DELETED", _pod("p", "3"))
+    assert change is not None
+    assert change.new is None
+    assert store.get(POD, ("ml", "p")) is None
+
+
+def test_remove_needs_no_body() -> None:
+    cache = ClusterCache()
+    cache.apply("pods", "ADDED", _pod("p", "3"))
+    cache.remove("pods", ("ml", "p"))
+    assert ("ml", "p") not in cache.pods
+    cache.remove("pods", ("ml", "p"))  # twice: nothing held, nothing changes
+    assert not cache.pods
+
+
+def test_a_watched_kind_is_unsynced_until_listed_and_again_once_its_watch_ends() -> None:
+    cache = ClusterCache()
+    assert cache.pod_groups_synced()  # not watched (explain, simulate): nothing to wait for
+    cache.expect(POD_GROUP.name)
+    assert not cache.pod_groups_synced()
+    cache.replace(POD_GROUP.name, [], "5")
+    assert cache.pod_groups_synced()
+    cache.lost(POD_GROUP.name)
+    assert not cache.pod_groups_synced()
+    cache.apply(POD_GROUP.name, "ADDED", pod_group_manifest("g", 2, resource_version="6"))
+    assert not cache.pod_groups_synced()  # an event is not a LIST: what vanished is still unknown
+    cache.replace(POD_GROUP.name, [], "7")
+    assert cache.pod_groups_synced()
+    assert not cache.pod_groups
+
+
+def test_caught_up_only_answers() -> None:
+    cache = ClusterCache()
+    cache.apply("podgroups", "ADDED", group(2))
+    cache.apply("pods", "ADDED", pod("g-0", 10))
+    bound = cache.pods[("ml", "g-0")]
+    cache.assume(group=("ml", "g"), pod=bound, node="n1")
+    cache.wrote_pod_group(("ml", "g"), "12")
+    for _ in range(3):
+        assert cache.caught_up(("ml", "g")) is False
+    cache.apply("pods", "MODIFIED", pod("g-0", 11, node_name="n1"))  # the binding is seen
+    assert cache.caught_up(("ml", "g")) is False  # the status write is not yet
+    cache.apply(
+        "podgroups", "MODIFIED", pod_group_manifest("g", 2, uid="pg", generation=1, resource_version="12")
+    )
+    for _ in range(3):
+        assert cache.caught_up(("ml", "g")) is True
+    assert cache.pending_binds(("ml", "g")) == set()
+
+
+def test_the_engine_and_the_members_see_one_assumption() -> None:
+    cache = ClusterCache()
+    cache.apply("podgroups", "ADDED", group(2))
+    for i in range(2):
+        cache.apply("pods", "ADDED", pod(f"g-{i}", 10 + i))
+    cache.assume(group=("ml", "g"), pod=cache.pods[("ml", "g-0")], node="n1")
+    engine = {p.name: p.node_name for p in cache.pods_for_engine()}
+    members = {p.name: p.node_name for p in cache.members(("ml", "g"), assumed=True)}
+    assert engine == members == {"g-0": "n1", "g-1": ""}
+    assert {p.name: p.node_name for p in cache.members(("ml", "g"))} == {"g-0": "", "g-1": ""}
+    # A replaced pod (another uid under the name) is not the one we bound.
+    cache.apply("pods", "MODIFIED", pod_manifest("g-0", "g", uid="other", resource_version="20"))
+    assert not cache.is_assumed(("ml", "g-0"))
+    assert cache.pending_binds(("ml", "g")) == set()
+
+
+def test_a_vanished_podgroup_is_forgotten_by_the_loop() -> None:
+    cache = ClusterCache()
+    forgotten: list[tuple[str, str]] = []
+    cache.on_group_replaced = forgotten.append
+    cache.apply("podgroups", "ADDED", group(2))
+    cache.replace("podgroups", [], "50")
+    assert forgotten == [("ml", "g")]
+    assert ("ml", "g") not in cache.pod_groups
+
+
+def test_no_gang_is_decided_while_a_podgroup_watch_has_not_listed_again() -> None:
+    """The defect of issue 23.1 in one process: a PodGroup deleted while its watch was down is
+    still held; until the watch has listed again no decision may rest on it."""
+
+    async def scenario() -> None:
+        cache = ClusterCache()
+        binder = FakeBinder()
+        clock = Clock()
+        sched = make(cache, binder, clock)
+        cache.expect(POD_GROUP.name)
+        cache.replace(POD_GROUP.name, [group(2)], "5")
+        for i in range(2):
+            cache.apply("pods", "ADDED", pod(f"g-{i}", 10 + i))
+        cache.lost(POD_GROUP.name)  # the watch broke; meanwhile the PodGroup is deleted
+        cache.apply("nodes", "ADDED", node("n1"))  # room appears, seen by another watch
+        cache.apply("nodes", "ADDED", node("n2"))
+        # A lone pod does not involve a PodGroup: it is placed as usual.
+        cache.apply("pods", "ADDED", pod_manifest("alone", None, uid="a", resource_version="12", gpu=8))
+        for _ in range(3):
+            clock.now += 1
+            await sched.cycle()
+            await settle(sched)
+        assert [name for name, _ in binder.bound] == ["alone"]
+        cache.replace(POD_GROUP.name, [], "20")  # the LIST: the group is gone
+        clock.now += 1
+        await sched.cycle()
+        await settle(sched)
+        assert [name for name, _ in binder.bound] == ["alone"]
+        # Its pods are told why they wait (the group is gone), not bound.
+        assert {name for name, reason in binder.events if reason == "FailedScheduling"} == {"g-0", "g-1"}
+
+    asyncio.run(scenario())
+
+
+def test_a_gang_is_decided_once_its_podgroup_watch_has_listed_again() -> None:
+    async def scenario() -> None:
+        cache = ClusterCache()
+        binder = FakeBinder()
+        clock = Clock()
+        sched = make(cache, binder, clock)
+        cache.expect(POD_GROUP.name)
+        cache.replace(POD_GROUP.name, [group(2)], "5")
+        for i in range(2):
+            cache.apply("pods", "ADDED", pod(f"g-{i}", 10 + i))
+        cache.lost(POD_GROUP.name)
+        cache.apply("nodes", "ADDED", node("n1"))
+        cache.apply("nodes", "ADDED", node("n2"))
+        clock.now += 1
+        await sched.cycle()
+        await settle(sched)
+        assert binder.bound == []
+        cache.replace(POD_GROUP.name, [group(2)], "20")  # still there
+        clock.now += 1
+        await sched.cycle()
+        await settle(sched)
+        assert sorted(name for name, _ in binder.bound) == ["g-0", "g-1"]
+
+    asyncio.run(scenario())
