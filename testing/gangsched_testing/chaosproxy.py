@@ -9,7 +9,8 @@ chunk, and does what a test tells it, at any moment:
 - `cut()`: every open connection is dropped at once;
 - `gone(resource)`: open watches of that resource get `410 Gone` (an ERROR event), and so
   does every watch that asks for a resourceVersion until a LIST of it is made: exactly what
-  a client sees after etcd compacted the version it holds.
+  a client sees after etcd compacted the version it holds;
+- `writes`: how many requests other than GET have passed it (to act right after a write).
 
 It runs on its own thread and event loop; the methods are safe to call from the test thread.
 """
@@ -76,6 +77,7 @@ class ChaosProxy:
         self._ssl = context
         self.port = free_port()
         self.requests = 0
+        self.writes = 0
         self._delay = 0.0
         self._gone: set[str] = set()
         self._loop = asyncio.new_event_loop()
@@ -188,6 +190,8 @@ class ChaosProxy:
         assert self._session is not None
         self.requests += 1
         await self._gate()
+        if request.method != "GET":
+            self.writes += 1
         resource = resource_of(request.path)
         watching = request.query.get("watch") in ("true", "1")
         if watching and resource in self._gone and request.query.get("resourceVersion"):
