@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from gangsched.engine import CycleResult, GroupDecision, schedule_cycle
-from gangsched.engine.queue import waiting_for_pods
+from gangsched.engine.queue import build_queue, waiting_for_pods
 from gangsched.model import Node, Pod, PodGroup, PriorityClass, PriorityClasses, Reason, parse_pod_group
 from gangsched_testing.builders import (
     BLOCK,
@@ -369,13 +369,14 @@ def test_a_held_reservation_blocks_groups_behind_its_owner_while_the_owner_backs
     ]
     members = pods("b", 3, "big", gpu=8) + pods("s", 1, "small", gpu=8)
     first = run(nodes, [*load, *members], groups, waiting_seconds={("ml", "big"): 3600.0})
-    # Next cycle: the big gang is in backoff (excluded), the small one is decided alone.
-    excluded = frozenset(p.key for p in members if p.pod_group == "big")
+    # Next cycle: the big gang is in backoff (left out of the queue), the small one is decided alone.
+    everyone = [*load, *members]
+    queue = build_queue(everyone, groups, scheduler_name="gangsched", waiting_seconds={})
     later = schedule_cycle(
         nodes=nodes,
-        pods=[*load, *members],
+        pods=everyone,
         pod_groups=groups,
-        exclude_pods=excluded,
+        queue=queue.only(lambda key, _: key != ("ml", "big")),
         reservations=first.reservations,
     )
     assert not decision(later, "small").scheduled

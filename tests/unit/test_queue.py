@@ -40,9 +40,7 @@ def decision(result: CycleResult, name: str) -> GroupDecision:
 
 
 def requests(all_pods: list[Pod], groups: list[PodGroup]) -> dict[str, GroupRequest]:
-    queue = build_queue(
-        all_pods, groups, scheduler_name="gangsched", waiting_seconds={}, exclude_pods=frozenset()
-    )
+    queue = build_queue(all_pods, groups, scheduler_name="gangsched", waiting_seconds={})
     return {r.name: r for r in queue.requests}
 
 

@@ -16,7 +16,7 @@ from gangsched.engine.dra.extended import delegate
 from gangsched.engine.dra.inventory import DeviceState, DraObjects
 from gangsched.engine.group import place_group
 from gangsched.engine.preemption import Running, find_preemption
-from gangsched.engine.queue import Key, belongs, build_queue, order_key, queue_order
+from gangsched.engine.queue import Key, Queue, belongs, build_queue, order_key, queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, reservation_nodes
 from gangsched.engine.snapshot import BoolArray, Snapshot
 from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Reservation
@@ -93,9 +93,11 @@ def schedule_groups(
             if isinstance(found, str):
                 outcome.decision.message += f"; {found}"
             elif found is not None:
+                nomination = Reservation(group.key, group.priority, order_key(group), found.nodes)
                 outcome.decision.preemption = found
+                outcome.decision.nomination = nomination
                 outcome.decision.message += f"; {found.describe()}"
-                nominated.append(Reservation(group.key, group.priority, order_key(group), found.nodes))
+                nominated.append(nomination)
                 continue
         level_taken = any(r.priority == group.priority for r in standing)
         if group.waiting_seconds >= reservation_after_seconds and not level_taken:
@@ -134,7 +136,7 @@ def schedule_cycle(
     scheduler_name: str = DEFAULT_SCHEDULER_NAME,
     waiting_seconds: Mapping[Key, float] | None = None,
     reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS,
-    exclude_pods: frozenset[Key] = frozenset(),
+    queue: Queue | None = None,
     reservations: Sequence[Reservation] = (),
     dra: DraObjects | None = None,
     nominations: Sequence[Reservation] = (),
@@ -144,22 +146,24 @@ def schedule_cycle(
     """Group the pending pods of `scheduler_name`, then place every group in queue order.
 
     `pods` is every pod the scheduler knows (bound pods are load, whoever scheduled them).
-    `exclude_pods` are pending pods not to place this cycle (e.g. a bind is in flight).
+    `queue` is the queue `build_queue` made of them, with only the groups to decide this
+    cycle (the loop leaves out those binding, backing off, ...); None: every group.
     `reservations` are those the loop holds from earlier cycles. `dra` are the DRA objects
     (classes, slices, claims); without any, pods with claims wait.
     """
+    if queue is None:
+        queue = build_queue(
+            pods, pod_groups, scheduler_name=scheduler_name, waiting_seconds=waiting_seconds or {}
+        )
     if dra is not None and not dra.empty:
+        given = pods
         pods, dra = delegate(pods, dra, nodes)  # KEP-5004: extended resources served by devices
+        queue = queue.with_pods(
+            {new.key: new for old, new in zip(given, pods, strict=True) if new is not old}
+        )
     snapshot = Snapshot(nodes, (p for p in pods if p.holds_resources))
     devices = DeviceState(dra, snapshot.nodes, snapshot.index) if dra is not None and not dra.empty else None
     groups_by_key = {g.key: g for g in pod_groups}
-    queue = build_queue(
-        pods,
-        pod_groups,
-        scheduler_name=scheduler_name,
-        waiting_seconds=waiting_seconds or {},
-        exclude_pods=exclude_pods,
-    )
     decisions, standing = schedule_groups(
         snapshot,
         queue.requests,

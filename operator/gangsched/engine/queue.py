@@ -4,7 +4,8 @@ for something other than capacity (gates), and the order groups are decided in.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gangsched.engine.types import GroupDecision, GroupRequest
@@ -46,13 +47,45 @@ def queue_order(groups: Iterable[GroupRequest]) -> list[GroupRequest]:
 
 @dataclass(slots=True)
 class Queue:
-    """The groups of one cycle: those to place, in no particular order, and those gated."""
+    """The groups of one cycle: those to place, in no particular order, and those gated.
+
+    Built once per cycle (`build_queue`); the loop keeps the groups it may decide now
+    (`only`), and the engine places what is left."""
 
     requests: list[GroupRequest] = field(default_factory=list)
     # Decisions that need no placement (missing or invalid group, too few pods, ...).
     gated: list[GroupDecision] = field(default_factory=list)
     # Every pending pod this cycle considers, in the order it was given.
     pending: list[Pod] = field(default_factory=list)
+
+    def entries(self) -> Iterable[tuple[Key, bool]]:
+        """Each group's key and whether it is a PodGroup (False: a pod alone, named after it)."""
+        for request in self.requests:
+            yield request.key, request.is_pod_group
+        for decision in self.gated:
+            yield decision.key, decision.is_pod_group
+
+    def only(self, keep: Callable[[Key, bool], bool]) -> Queue:
+        """The queue with only the groups `keep(key, is_pod_group)` accepts, and their pods."""
+        requests = [r for r in self.requests if keep(r.key, r.is_pod_group)]
+        gated = [d for d in self.gated if keep(d.key, d.is_pod_group)]
+        kept = {p.key for r in requests for p in r.pending} | {p.key for d in gated for p in d.pending}
+        return Queue(requests, gated, [p for p in self.pending if p.key in kept])
+
+    def with_pods(self, pods: Mapping[Key, Pod]) -> Queue:
+        """The same queue with each pod named in `pods` replaced by that version of it (the
+        engine's rewrite of pods whose extended resources DRA serves, KEP-5004)."""
+        if not pods:
+            return self
+
+        def swap(group: list[Pod]) -> list[Pod]:
+            return [pods.get(p.key, p) for p in group]
+
+        requests = [
+            dataclasses.replace(r, pending=swap(r.pending), bound=swap(r.bound)) for r in self.requests
+        ]
+        gated = [dataclasses.replace(d, pending=swap(d.pending)) for d in self.gated]
+        return Queue(requests, gated, swap(self.pending))
 
 
 def belongs(pod: Pod, group: PodGroup | None) -> bool:
@@ -84,7 +117,6 @@ def build_queue(
     *,
     scheduler_name: str,
     waiting_seconds: Mapping[Key, float],
-    exclude_pods: frozenset[Key],
 ) -> Queue:
     """Group the pending pods of `scheduler_name`: by the PodGroup they name (gangsched's label
     or Kubernetes' spec.schedulingGroup), else one pod a group. A pod naming a PodGroup of the
@@ -110,7 +142,6 @@ def build_queue(
             and not pod.terminal
             and not pod.deleting
             and not pod.scheduling_gated
-            and pod.key not in exclude_pods
         ):
             queue.pending.append(pod)
 

@@ -119,6 +119,9 @@ class GroupDecision:
     devices: dict[tuple[str, str], list[PodDevice]] = field(default_factory=dict)
     # Unplaced, but running lower-priority units can make room: the loop evicts them.
     preemption: Preemption | None = None
+    # With `preemption`: the domain held for this group while its victims go, at its place
+    # in this cycle's queue (the loop keeps it across cycles as a nomination).
+    nomination: Reservation | None = None
 
     @property
     def key(self) -> tuple[str, str]:

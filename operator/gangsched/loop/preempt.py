@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from gangsched.binder import Binder, group_ref, pod_ref
 from gangsched.cluster import ClusterCache, Key
 from gangsched.engine import GroupDecision
-from gangsched.engine.types import Preemption, Reservation
+from gangsched.engine.types import Reservation
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.report import Reporter
 from gangsched.metrics import Metrics
@@ -109,11 +109,11 @@ class Preemptions:
     def nominate(self, decision: GroupDecision) -> None:
         """Hold the chosen domain for the preemptor from now on (before any eviction is sent,
         so the next cycle neither gives it away nor preempts again)."""
-        preemption = decision.preemption
-        if preemption is None:
+        preemption, nomination = decision.preemption, decision.nomination
+        if preemption is None or nomination is None:
             return
         self.nominations[decision.key] = Nomination(
-            reservation=Reservation(decision.key, preemption.priority, _order(preemption), preemption.nodes),
+            reservation=nomination,
             victims=[(p.key, p.uid) for p in preemption.victims],
             since=self.clock(),
         )
@@ -154,11 +154,6 @@ class Preemptions:
             return
         for pod in decision.pending:
             self.reporter.post(pod_ref(pod), "Normal", EventReason.PREEMPTING, message)
-
-
-def _order(preemption: Preemption) -> tuple[int, str, str, str]:
-    # Ahead of every group of lower priority; among equals, the preemptor's own name decides.
-    return (-preemption.priority, "", *preemption.preemptor)
 
 
 def _names(pods: list[Pod], limit: int = 8) -> str:

@@ -1,9 +1,11 @@
 """The scheduling loop: cache -> engine -> binding pipeline, one asyncio task.
 
-Each cycle: pick the groups that may be decided now (the queue's backoff is over, and the
-cache has caught up with our own writes for them, else read live), run the engine on a
-snapshot of the cache in a worker thread, record verdicts, and start the binding pipeline
-for each decided gang as a background task; then repair partial gangs and write statuses.
+Each cycle: build the queue once from the cache (`engine.queue.build_queue`), keep the
+groups that may be decided now (not binding, the backoff is over, the cache has caught up
+with our own writes for them: else a live read is started in the background), run the
+engine on a snapshot of the cache in a worker thread, record verdicts, and start the binding
+pipeline for each decided gang as a background task; then repair partial gangs and write
+statuses. Housekeeping runs on timers of its own (`Tasks.every`), never inside a cycle.
 Any cluster change wakes the loop. docs/architecture.md has the why.
 """
 
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, Key, LiveReader
 from gangsched.engine import CycleResult, Reservation, schedule_cycle
+from gangsched.engine.queue import Queue, build_queue
 from gangsched.loop.claims import ClaimStep
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.groupclaims import GroupClaims
@@ -28,7 +31,7 @@ from gangsched.loop.repair import GangRepair
 from gangsched.loop.report import Reporter
 from gangsched.loop.tasks import Tasks
 from gangsched.metrics import Metrics
-from gangsched.model import Pod, Reason
+from gangsched.model import Pod, PodGroup, Reason
 from gangsched.status import Verdict
 
 log = logging.getLogger(__name__)
@@ -105,8 +108,8 @@ class Scheduler:
         # perf_counter() when `run` started (the caches listed), until the first decision.
         self._started: float | None = None
         self._wake = asyncio.Event()
-        self._finished_synced = clock()
-        self._claims_scanned = -_CLAIM_SCAN_SECONDS
+        # Groups whose pods are being read live (their watch lags behind our writes).
+        self._catching_up: set[Key] = set()
 
     # ------------------------------------------------------------------ wiring
 
@@ -121,6 +124,12 @@ class Scheduler:
     async def run(self) -> None:
         """Decide until cancelled; an error in one cycle is logged and the loop goes on."""
         self._started = time.perf_counter()
+        tasks = self.tasks
+        tasks.every(
+            self.config.finished_resync_seconds, self.live.resync_finished, name="resync finished pods"
+        )
+        tasks.every(_CLAIM_SCAN_SECONDS, self.sweep_claims, name="sweep claim reservations")
+        tasks.every(_CLAIM_SCAN_SECONDS, self.sync_group_claims, name="sync PodGroup claims")
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=1.0)
@@ -137,6 +146,22 @@ class Scheduler:
     async def stop(self) -> None:
         await self.tasks.stop()
 
+    async def housekeeping(self) -> None:
+        """Every timer's work once (tests, and nothing else, call it)."""
+        await self.live.resync_finished()
+        await self.sweep_claims()
+        await self.sync_group_claims()
+
+    async def sweep_claims(self) -> None:
+        """Reservations of claims for pods that are gone, and stale allocations (walks every claim)."""
+        if self.cache.devices.claims:
+            await self.claims.sweep(self.queue.binding, self._schedule_timeout)
+
+    async def sync_group_claims(self) -> None:
+        """PodGroup claims created from templates and cleaned up after their group."""
+        if self.cache.pod_groups_synced():  # it deletes the claims of deleted groups
+            await self.group_claims.sync()
+
     def forget_group(self, key: Key) -> None:
         """The PodGroup was deleted: start afresh if it comes back."""
         self.queue.forget(key)
@@ -152,32 +177,23 @@ class Scheduler:
         now = self.clock()
         if self.cycles % _COLLECT_EVERY_CYCLES == 0:
             self._collect_garbage()
-        if now - self._finished_synced > self.config.finished_resync_seconds:
-            self._finished_synced = now
-            await self.live.resync_finished()
-        exclude, ready = await self._select(now)
         if self.cache.pod_groups_synced():
             await self.repair.check(now)
-        if now - self._claims_scanned >= _CLAIM_SCAN_SECONDS:
-            # Both walk every claim of the cluster: not on every cycle of a busy loop.
-            self._claims_scanned = now
-            if self.cache.devices.claims:
-                await self.claims.sweep(self.queue.binding, self._schedule_timeout)
-            if self.cache.pod_groups_synced():  # it deletes the claims of deleted groups
-                await self.group_claims.sync()
-        if ready:
+        pods = self.cache.pods_for_engine()
+        pod_groups = [g for k, g in self.cache.pod_groups.items() if self.config.in_scope(k[0])]
+        queue = await self._ready_queue(pods, pod_groups, now)
+        if queue.requests or queue.gated:
             # What the snapshot saw: events applied while the engine runs count as changes after it.
             seen_generation = self.cache.generation
             started = time.perf_counter()
             result = await asyncio.to_thread(
                 schedule_cycle,
                 nodes=list(self.cache.nodes.values()),
-                pods=self.cache.pods_for_engine(),
-                pod_groups=[g for k, g in self.cache.pod_groups.items() if self.config.in_scope(k[0])],
+                pods=pods,
+                pod_groups=pod_groups,
                 scheduler_name=self.config.scheduler_name,
-                waiting_seconds=self.queue.waiting_seconds(now),
                 reservation_after_seconds=self.config.reservation_after_seconds,
-                exclude_pods=frozenset(exclude),
+                queue=queue,
                 reservations=self._live_reservations(),
                 dra=self.cache.devices.objects(now),
                 nominations=self.preemptions.active(),
@@ -217,35 +233,28 @@ class Scheduler:
                 alive.append(reservation)
         return alive
 
-    async def _select(self, now: float) -> tuple[set[Key], bool]:
-        """Pending pods not to place this cycle, and whether any group may be decided at all."""
+    async def _ready_queue(self, pods: list[Pod], pod_groups: list[PodGroup], now: float) -> Queue:
+        """This cycle's queue, built once from what the engine is given, with only the groups
+        that may be decided now."""
         cache = self.cache
-        pending_by_group: dict[tuple[Key, bool], list[Pod]] = {}
-        for pod in cache.pods.values():
-            if pod.scheduler_name != self.config.scheduler_name or pod.node_name or pod.terminal:
-                continue
-            if cache.is_assumed(pod.key):
-                continue
-            group = cache.group_of(pod)  # None: alone, or naming the other API's PodGroup
-            key, is_group = (group, True) if group is not None else (pod.key, False)
-            pending_by_group.setdefault((key, is_group), []).append(pod)
-        exclude: set[Key] = set()
-        ready = False
+        queue = build_queue(
+            pods,
+            pod_groups,
+            scheduler_name=self.config.scheduler_name,
+            waiting_seconds=self.queue.waiting_seconds(now),
+        )
         # A PodGroup watch ended and has not listed again: a PodGroup held may be gone (deleted
         # while the watch was down), so nothing that involves one is decided until it has.
         groups_synced = cache.pod_groups_synced()
         if not groups_synced:
             self.wake_later(0.1)
-        for (key, is_group), members in pending_by_group.items():
-            if (
-                (is_group and not groups_synced)
-                or not self.config.in_scope(key[0])
-                or not await self._may_decide(key, is_group, now)
-            ):
-                exclude.update(p.key for p in members)
-            else:
-                ready = True
-        return exclude, ready
+        ready: set[tuple[Key, bool]] = set()
+        for key, is_group in queue.entries():
+            if is_group and not groups_synced:
+                continue
+            if self.config.in_scope(key[0]) and await self._may_decide(key, is_group, now):
+                ready.add((key, is_group))
+        return queue.only(lambda key, is_group: (key, is_group) in ready)
 
     async def _may_decide(self, key: Key, is_group: bool, now: float) -> bool:
         if self.queue.binding(key):
@@ -263,14 +272,22 @@ class Scheduler:
         if caught is not True:
             if state.behind_since is None:
                 state.behind_since = now
-            if caught is None or now - state.behind_since > self.config.consistency_timeout_seconds:
-                await self.live.catch_up(key)
-                caught = self.cache.caught_up(key)
-            if caught is not True:
-                self.wake_later(0.2)
-                return False
+            late = caught is None or now - state.behind_since > self.config.consistency_timeout_seconds
+            if late and key not in self._catching_up:
+                # Read the pods live, in the background: the other groups are decided meanwhile.
+                self._catching_up.add(key)
+                self.tasks.spawn(self._catch_up(key), name=f"catch up {key[0]}/{key[1]}")
+            self.wake_later(0.2)
+            return False
         state.behind_since = None
         return True
+
+    async def _catch_up(self, key: Key) -> None:
+        try:
+            await self.live.catch_up(key)
+        finally:
+            self._catching_up.discard(key)
+            self.wake(key)
 
     # ------------------------------------------------------------------ decisions
 
