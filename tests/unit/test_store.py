@@ -5,6 +5,7 @@ decision that involves a PodGroup while a PodGroup watch has not listed again (i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from test_scheduler import Clock, FakeBinder, group, make, node, pod, settle
@@ -172,3 +173,70 @@ def test_a_gang_is_decided_once_its_podgroup_watch_has_listed_again() -> None:
         assert sorted(name for name, _ in binder.bound) == ["g-0", "g-1"]
 
     asyncio.run(scenario())
+
+
+class _Session:
+    """LISTs answered from `lists` in turn; each watch ends at once (a dropped connection),
+    after `watches` of them the informer is cancelled."""
+
+    def __init__(self, lists: list[list[dict[str, Any]]], watches: int) -> None:
+        self.lists = lists
+        self.watches = watches
+        self.calls: list[str] = []
+
+    async def get(self, path: str, *, query: Any = None, decode: Any = None, **_: Any) -> Any:
+        self.calls.append("LIST")
+        items = self.lists.pop(0) if len(self.lists) > 1 else self.lists[0]
+        return {"metadata": {"resourceVersion": str(100 + len(self.calls))}, "items": items}
+
+    def stream(self, path: str, *, query: Any, read_timeout: float) -> Any:
+        self.calls.append("WATCH")
+        session = self
+
+        class _Stream:
+            async def __aenter__(self) -> Any:
+                if session.calls.count("WATCH") > session.watches:
+                    raise asyncio.CancelledError
+                raise ConnectionResetError("dropped")
+
+            async def __aexit__(self, *_: Any) -> None:
+                return None
+
+        return _Stream()
+
+
+def test_a_strict_informer_lists_before_every_watch_and_says_when_it_lost_its_watch() -> None:
+    from gangsched.cluster.informer import Informer, Resource, WatchHealth
+    from gangsched.handlers import KindSink
+
+    class _Intake:
+        def __init__(self, cache: ClusterCache) -> None:
+            self.cache = cache
+
+        async def listed(self, kind: str, items: Any, rv: str) -> None:
+            self.cache.replace(kind, items, rv)
+
+        def lost(self, kind: str) -> None:
+            self.cache.lost(kind)
+
+    cache = ClusterCache()
+    cache.expect(POD_GROUP.name)
+    intake = _Intake(cache)
+    session = _Session([[group(2)], []], watches=2)
+    informer = Informer(
+        session=session,  # type: ignore[arg-type]
+        resource=Resource(POD_GROUP.name, "/apis/x", strict=True),
+        sink=KindSink(intake, POD_GROUP.name),  # type: ignore[arg-type]
+        health=WatchHealth(),
+        backoff_initial=0.001,
+        backoff_max=0.001,
+    )
+
+    async def run() -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await informer.run()
+
+    asyncio.run(run())
+    assert session.calls == ["LIST", "WATCH", "LIST", "WATCH", "LIST", "WATCH"]
+    assert not cache.pod_groups_synced()  # the last watch ended: unsynced until the next LIST
+    assert not cache.pod_groups  # the second LIST no longer held the group

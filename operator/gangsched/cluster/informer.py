@@ -80,7 +80,6 @@ class Resource:
 @dataclass(slots=True)
 class _State:
     up: bool = False
-    ever_up: bool = False
     down_since: float | None = None
     relists: int = 0
     last_error: str = ""
@@ -92,20 +91,13 @@ class WatchHealth:
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._states: dict[str, _State] = {}
-        # Called with the kind when a watch that was down is up again, or had to list again
-        # (events were lost: other kinds, watched elsewhere, should be reconciled too).
-        self.on_recovered: list[Callable[[str], None]] = []
 
     def register(self, kind: str) -> None:
         self._states.setdefault(kind, _State(down_since=self.clock()))
 
     def up(self, kind: str) -> None:
         state = self._states.setdefault(kind, _State())
-        recovered = state.ever_up and state.down_since is not None
-        state.up, state.ever_up, state.down_since = True, True, None
-        if recovered:
-            for callback in self.on_recovered:
-                callback(kind)
+        state.up, state.down_since = True, None
 
     def down(self, kind: str, error: str) -> None:
         state = self._states.setdefault(kind, _State())
@@ -114,11 +106,7 @@ class WatchHealth:
             state.down_since = self.clock()
 
     def listed(self, kind: str) -> None:
-        state = self._states.setdefault(kind, _State())
-        state.relists += 1
-        if state.relists > 1:  # listed again (410, or back after an outage): events were lost
-            for callback in self.on_recovered:
-                callback(kind)
+        self._states.setdefault(kind, _State()).relists += 1
 
     def down_for(self, kind: str) -> float:
         state = self._states.get(kind)
