@@ -5,8 +5,9 @@ cache  the watch-fed cache: small projections of pods, nodes, PodGroups and Prio
 live   live reads next to the cache: priming, catching up when the watch lags, finished pods
 """
 
-from gangsched.cluster.cache import ClusterCache, Key
+from gangsched.cluster.cache import ClusterCache
 from gangsched.cluster.live import LiveReader
 from gangsched.cluster.versions import parse_rv
+from gangsched.model import Key
 
 __all__ = ["ClusterCache", "Key", "LiveReader", "parse_rv"]

@@ -28,6 +28,7 @@ from typing import Any
 from gangsched.cluster.devices import DeviceCache
 from gangsched.cluster.versions import parse_rv
 from gangsched.model import (
+    Key,
     ModelError,
     Node,
     Pod,
@@ -41,9 +42,6 @@ from gangsched.model import (
     parse_priority_class,
 )
 from gangsched.model.pdb import DisruptionBudget, parse_disruption_budget
-
-Key = tuple[str, str]
-
 
 _POD_GROUP_META = ("name", "namespace", "uid", "generation", "resourceVersion", "creationTimestamp")
 _GROUP_PARSERS = {PodGroupApi.GANGSCHED: parse_pod_group, PodGroupApi.NATIVE: parse_native_pod_group}

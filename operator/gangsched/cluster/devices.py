@@ -26,7 +26,7 @@ from gangsched.cluster.versions import body_rv
 from gangsched.engine import DraObjects
 from gangsched.engine.dra.allocator import AllocationResult
 from gangsched.engine.dra.pools import DeviceId
-from gangsched.model import ModelError
+from gangsched.model import Key, ModelError
 from gangsched.model.dra import (
     DeviceClass,
     ResourceClaim,
@@ -37,7 +37,6 @@ from gangsched.model.dra import (
     parse_resource_slice,
 )
 
-Key = tuple[str, str]
 Body = Mapping[str, Any]
 
 DEVICE_CLASSES = "deviceclasses"

@@ -17,9 +17,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gangsched.cluster.cache import ClusterCache, Key
+from gangsched.cluster.cache import ClusterCache
 from gangsched.cluster.devices import RESOURCE_CLAIMS, claim_path
-from gangsched.model import POD_GROUP_LABEL, TERMINAL_PHASES, ModelError
+from gangsched.model import POD_GROUP_LABEL, TERMINAL_PHASES, Key, ModelError
 from gangsched.model.pod import pod_group_of
 from gangsched.transport import Transport
 

@@ -11,23 +11,22 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from gangsched.engine.dra.allocator import AllocationResult
-from gangsched.engine.dra.claims import ClaimKey
 from gangsched.engine.dra.extended import delegate
 from gangsched.engine.dra.inventory import DeviceState, DraObjects
 from gangsched.engine.group import place_group
 from gangsched.engine.preemption import Running, find_preemption
-from gangsched.engine.queue import Key, belongs, build_queue, order_key, queue_order
+from gangsched.engine.queue import belongs, build_queue, order_key, queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, reservation_nodes
 from gangsched.engine.snapshot import BoolArray, Snapshot
 from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Reservation
-from gangsched.model import DEFAULT_SCHEDULER_NAME, Node, Pod, PodGroup, Reason
+from gangsched.model import DEFAULT_SCHEDULER_NAME, Key, Node, Pod, PodGroup, Reason
 from gangsched.model.pdb import DisruptionBudget
 
 # Called with each group right before it is placed, on the cycle's live state: the snapshot
 # (earlier groups' placements counted), the nodes it may not use, the devices and the claims
 # allocated earlier in the cycle. Must not change them (`engine.whatif` forks what it tries).
 BeforePlace = Callable[
-    [GroupRequest, Snapshot, BoolArray | None, DeviceState | None, Mapping[ClaimKey, AllocationResult]], None
+    [GroupRequest, Snapshot, BoolArray | None, DeviceState | None, Mapping[Key, AllocationResult]], None
 ]
 
 
@@ -62,7 +61,7 @@ def schedule_groups(
     decisions: list[GroupDecision] = []
     deciding = {g.key for g in groups}
     standing = [r for r in held if r.owner not in deciding]
-    allocated_now: dict[ClaimKey, AllocationResult] = {}
+    allocated_now: dict[Key, AllocationResult] = {}
     nominated = list(nominations)
     preempting = {r.owner for r in nominations}
     running: Running | None = None  # what preemption reads of the running pods, once per cycle

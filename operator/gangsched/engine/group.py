@@ -26,14 +26,14 @@ import numpy as np
 
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.dra.allocator import AllocationError, AllocationResult
-from gangsched.engine.dra.claims import ClaimKey, ClaimUse, GroupClaims, resolve, selector_terms
+from gangsched.engine.dra.claims import ClaimUse, GroupClaims, resolve, selector_terms
 from gangsched.engine.dra.inventory import Demand, DeviceState
 from gangsched.engine.explain import explain, explain_best
 from gangsched.engine.fill import Attempt
 from gangsched.engine.placer import Placer
 from gangsched.engine.snapshot import BoolArray, IntArray, Snapshot
 from gangsched.engine.types import GroupDecision, GroupRequest, PodDevice
-from gangsched.model import Pod, Reason
+from gangsched.model import Key, Pod, Reason
 
 # Placements tried per variant before the group is declared unschedulable: each round fixes
 # the count of every node where the exact allocation found fewer devices than counted.
@@ -51,8 +51,8 @@ class DeviceKey:
     """What a pod asks of the devices; equal for pods of one template (see `DeviceView`)."""
 
     demand: Demand
-    allocated: tuple[ClaimKey, ...]
-    shared: tuple[ClaimKey, ...]
+    allocated: tuple[Key, ...]
+    shared: tuple[Key, ...]
 
 
 @dataclass(slots=True)
@@ -77,12 +77,12 @@ class GroupDevices:
         self.claims = claims
         self.variant = variant
         # shared claim -> (node, allocation) once allocated for this variant
-        self.shared_done: dict[ClaimKey, tuple[int, AllocationResult]] = {}
-        self.shared_tried: dict[ClaimKey, set[int]] = defaultdict(set)
+        self.shared_done: dict[Key, tuple[int, AllocationResult]] = {}
+        self.shared_tried: dict[Key, set[int]] = defaultdict(set)
         # device key -> node -> pods its devices really serve (found by exact allocation)
         self.exact: dict[DeviceKey, dict[int, int]] = defaultdict(dict)
-        self._keys: dict[tuple[str, str], DeviceKey] = {}
-        self._masks: dict[ClaimKey, BoolArray | None] = {}
+        self._keys: dict[Key, DeviceKey] = {}
+        self._masks: dict[Key, BoolArray | None] = {}
 
     # ------------------------------------------------------------------ DeviceView
 
@@ -109,7 +109,7 @@ class GroupDevices:
                 mask = allowed if mask is None else mask & allowed
         return mask
 
-    def _claim_mask(self, claim: ClaimKey) -> BoolArray | None:
+    def _claim_mask(self, claim: Key) -> BoolArray | None:
         if claim in self.claims.allocated:
             if claim not in self._masks:
                 terms = self.claims.allocated[claim]
@@ -153,8 +153,8 @@ class GroupDevices:
     def devices_of(
         self,
         pod: Pod,
-        own: Mapping[ClaimKey, AllocationResult],
-        allocated_now: Mapping[ClaimKey, AllocationResult],
+        own: Mapping[Key, AllocationResult],
+        allocated_now: Mapping[Key, AllocationResult],
     ) -> list[PodDevice]:
         out: list[PodDevice] = []
         for use in self.claims.uses.get(pod.key, ()):
@@ -180,7 +180,7 @@ def place_group(
     group: GroupRequest,
     blocked: BoolArray | None,
     state: DeviceState | None,
-    allocated_now: dict[ClaimKey, AllocationResult],
+    allocated_now: dict[Key, AllocationResult],
 ) -> Outcome:
     """Place `group` on `snapshot`; on success the snapshot (and `state`, `allocated_now`)
     count its pods and devices as used."""
@@ -223,7 +223,7 @@ def _place_variant(
     group: GroupRequest,
     blocked: BoolArray | None,
     devices: GroupDevices,
-    allocated_now: dict[ClaimKey, AllocationResult],
+    allocated_now: dict[Key, AllocationResult],
 ) -> tuple[Outcome, str]:
     """The group with one firstAvailable variant: the outcome, and a short reason if unplaced."""
     state = devices.state
@@ -328,7 +328,7 @@ def _allocate_shared(devices: GroupDevices, assignment: list[tuple[Pod, int, int
 
 def _allocate_own(
     devices: GroupDevices, cap: GroupCapacity, assignment: list[tuple[Pod, int, int]]
-) -> dict[tuple[str, str], dict[ClaimKey, AllocationResult]] | None:
+) -> dict[Key, dict[Key, AllocationResult]] | None:
     """Exact devices for every placed pod's own claims, node by node; None (and the counts
     corrected) when some node serves fewer pods than counted.
 
@@ -336,7 +336,7 @@ def _allocate_own(
     (pod 1 takes the A100 so that pod 2 can have the only H100). When that fails, pods are
     allocated one by one to learn how many of each kind the node really serves."""
     claims, state = devices.claims, devices.state
-    done: dict[tuple[str, str], dict[ClaimKey, AllocationResult]] = {}
+    done: dict[Key, dict[Key, AllocationResult]] = {}
     taken: list[AllocationResult] = []
     by_node: dict[int, list[tuple[Pod, DeviceKey, list[ClaimUse]]]] = defaultdict(list)
     for pod, node, k in sorted(assignment, key=lambda row: (row[1], row[2], row[0].name)):
@@ -359,7 +359,7 @@ def _allocate_own(
         # search ran out of steps, or a pod-by-pod order happened to work), that is the answer.
         served: Counter[DeviceKey] = Counter()
         failed: set[DeviceKey] = set()
-        singles: dict[tuple[str, str], dict[ClaimKey, AllocationResult]] = {}
+        singles: dict[Key, dict[Key, AllocationResult]] = {}
         for pod, key, own in members:
             if key in failed:
                 continue

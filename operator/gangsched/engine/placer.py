@@ -20,7 +20,7 @@ import numpy.typing as npt
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.fill import Attempt, fill
 from gangsched.engine.snapshot import IntArray
-from gangsched.model import Pod
+from gangsched.model import Key, Pod
 
 # How many candidate domains are fully evaluated per level (after vectorised ranking).
 CANDIDATES_PER_LEVEL = 8
@@ -257,7 +257,7 @@ class Placer:
                     out.append((next(pods), node, k))
         return out
 
-    def commit(self, attempt: Attempt) -> dict[tuple[str, str], str]:
+    def commit(self, attempt: Attempt) -> dict[Key, str]:
         """Pod key -> node name; the snapshot counts the placed pods as used from now on."""
         assignments = {pod.key: self.snap.nodes[node].name for pod, node, _ in self.assign(attempt)}
         width = self.cap.width

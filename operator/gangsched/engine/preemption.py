@@ -33,13 +33,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from gangsched.engine.dra.allocator import AllocationResult
-from gangsched.engine.dra.claims import ClaimKey
 from gangsched.engine.dra.inventory import DeviceState
 from gangsched.engine.dra.pools import DeviceId
 from gangsched.engine.group import place_group
 from gangsched.engine.snapshot import BoolArray, Snapshot
 from gangsched.engine.types import GroupDecision, GroupRequest, Preemption, Unit
-from gangsched.model import Pod, PodGroup
+from gangsched.model import Key, Pod, PodGroup
 from gangsched.model.pdb import DisruptionBudget
 from gangsched.model.pod import PREEMPT_NEVER
 from gangsched.model.podgroup import DisruptionMode
@@ -50,8 +49,6 @@ SYSTEM_CRITICAL = 2_000_000_000
 MAX_DOMAINS = 16
 # Units tried for a reprieve per domain, most important first; the rest stay victims.
 MAX_REPRIEVES = 256
-
-Key = tuple[str, str]
 
 
 def _started(pods: Sequence[Pod]) -> str:
@@ -98,8 +95,8 @@ class _World:
         self,
         snapshot: Snapshot,
         devices: DeviceState | None,
-        allocated_now: Mapping[ClaimKey, AllocationResult],
-        claim_users: Mapping[ClaimKey, frozenset[Key]],
+        allocated_now: Mapping[Key, AllocationResult],
+        claim_users: Mapping[Key, frozenset[Key]],
         terminating: Sequence[Pod],
     ) -> None:
         self.snapshot = snapshot
@@ -108,7 +105,7 @@ class _World:
         self.allocated_now = allocated_now
         self.claim_users = claim_users
 
-    def freed_claims(self, gone: set[Key]) -> list[ClaimKey]:
+    def freed_claims(self, gone: set[Key]) -> list[Key]:
         return [k for k, users in self.claim_users.items() if users and users <= gone]
 
     def fits(self, group: GroupRequest, pods: Sequence[Pod], outside: BoolArray | None) -> bool:
@@ -144,7 +141,7 @@ def place_without(
     bound: Sequence[Pod],
     blocked: BoolArray | None,
     devices: DeviceState | None,
-    allocated_now: Mapping[ClaimKey, AllocationResult],
+    allocated_now: Mapping[Key, AllocationResult],
 ) -> GroupDecision:
     """Where `group` would go if the bound pods `gone` were gone (their resources free, and
     the devices of claims only they use), on forks: nothing given is changed."""
@@ -180,9 +177,9 @@ def fork_devices(state: DeviceState, freed: Sequence[DeviceId]) -> DeviceState:
     return fork
 
 
-def claim_users(bound: Sequence[Pod]) -> dict[ClaimKey, frozenset[Key]]:
+def claim_users(bound: Sequence[Pod]) -> dict[Key, frozenset[Key]]:
     """Which running pods use each claim (a claim is freed when all of them are victims)."""
-    users: dict[ClaimKey, set[Key]] = {}
+    users: dict[Key, set[Key]] = {}
     for pod in bound:
         if not pod.holds_resources:
             continue
@@ -208,7 +205,7 @@ class Running:
 
     terminating: list[Pod]
     units: list[Unit]  # of the pods not terminating
-    claim_users: dict[ClaimKey, frozenset[Key]]
+    claim_users: dict[Key, frozenset[Key]]
     lowest: int  # the lowest unit priority (SYSTEM_CRITICAL when there is none)
 
     @classmethod
@@ -230,7 +227,7 @@ def find_preemption(
     groups: Mapping[Key, PodGroup],
     blocked: BoolArray | None,
     devices: DeviceState | None,
-    allocated_now: Mapping[ClaimKey, AllocationResult],
+    allocated_now: Mapping[Key, AllocationResult],
     required_keys: tuple[str, ...],
     budgets: Sequence[DisruptionBudget] = (),
     running: Running | None = None,

@@ -8,10 +8,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gangsched.engine.types import GroupDecision, GroupRequest
-from gangsched.model import Pod, PodGroup, PodGroupApi, Reason
+from gangsched.model import Key, Pod, PodGroup, PodGroupApi, Reason
 from gangsched.model.text import quoted
-
-Key = tuple[str, str]
 
 
 def order_key(group: GroupRequest) -> tuple[int, str, str, str]:

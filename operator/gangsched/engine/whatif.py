@@ -32,7 +32,7 @@ from typing import Any
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.cycle import schedule_cycle
 from gangsched.engine.dra.allocator import AllocationResult
-from gangsched.engine.dra.claims import ClaimKey, resolve
+from gangsched.engine.dra.claims import resolve
 from gangsched.engine.dra.inventory import DeviceState, DraObjects
 from gangsched.engine.explain import DomainFit, NodeReasons, domain_fits, node_reasons
 from gangsched.engine.group import GroupDevices, place_group
@@ -49,6 +49,7 @@ from gangsched.engine.snapshot import BoolArray, Snapshot
 from gangsched.engine.types import GroupDecision, GroupRequest, Preemption, Unit
 from gangsched.model import (
     DEFAULT_SCHEDULER_NAME,
+    Key,
     Node,
     Pod,
     PodGroup,
@@ -60,8 +61,6 @@ from gangsched.model import (
 )
 from gangsched.model.pdb import DisruptionBudget
 from gangsched.model.pod import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER
-
-Key = tuple[str, str]
 
 # Kinds of `Change`, least intrusive first (the order `analyse` lists them in).
 WAIT_FOR_TERMINATING = "waitForTerminating"
@@ -124,7 +123,7 @@ class _Turn:
     snapshot: Snapshot
     blocked: BoolArray | None
     devices: DeviceState | None
-    allocated_now: dict[ClaimKey, AllocationResult]
+    allocated_now: dict[Key, AllocationResult]
 
 
 def analyse(
@@ -146,7 +145,7 @@ def analyse(
         snapshot: Snapshot,
         blocked: BoolArray | None,
         devices: DeviceState | None,
-        allocated_now: Mapping[ClaimKey, AllocationResult],
+        allocated_now: Mapping[Key, AllocationResult],
     ) -> None:
         if request.key == target and request.is_pod_group:
             turns.append(

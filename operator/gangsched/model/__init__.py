@@ -19,6 +19,7 @@ from gangsched.model.common import (
     PODS,
     TERMINAL_PHASES,
     VERSION,
+    Key,
     ModelError,
     PodGroupApi,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "TERMINAL_PHASES",
     "VERSION",
     "EventReason",
+    "Key",
     "ModelError",
     "Node",
     "Phase",

@@ -35,7 +35,7 @@ from gangsched.engine.dra.allocator import (
 )
 from gangsched.engine.dra.cel import CelCompileError, SelectorEvaluator, engine
 from gangsched.engine.dra.pools import DeviceId, Pool, gather_pools, node_matches
-from gangsched.model import Node
+from gangsched.model import Key, Node
 from gangsched.model.dra import (
     Allocation,
     Device,
@@ -64,7 +64,7 @@ class DraObjects:
 
     classes: Mapping[str, DeviceClass] = field(default_factory=dict)
     slices: Sequence[ResourceSlice] = ()
-    claims: Mapping[tuple[str, str], ResourceClaim] = field(default_factory=dict)
+    claims: Mapping[Key, ResourceClaim] = field(default_factory=dict)
     # Devices not to hand out though free (the operator: their binding conditions just failed).
     unavailable: frozenset[DeviceId] = frozenset()
 
