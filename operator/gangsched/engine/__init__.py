@@ -18,7 +18,7 @@ One job per module, lowest first:
 """
 
 from gangsched.engine.cycle import schedule_cycle, schedule_groups
-from gangsched.engine.dra.inventory import DraObjects
+from gangsched.engine.dra.inventory import DeviceCaches, DraObjects
 from gangsched.engine.queue import queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS
 from gangsched.engine.snapshot import Snapshot
@@ -27,6 +27,7 @@ from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Res
 __all__ = [
     "DEFAULT_RESERVATION_AFTER_SECONDS",
     "CycleResult",
+    "DeviceCaches",
     "DraObjects",
     "GroupDecision",
     "GroupRequest",

@@ -12,7 +12,7 @@ import numpy as np
 
 from gangsched.engine.dra.allocator import AllocationResult
 from gangsched.engine.dra.extended import delegate
-from gangsched.engine.dra.inventory import DeviceState, DraObjects
+from gangsched.engine.dra.inventory import DeviceCaches, DeviceState, DraObjects
 from gangsched.engine.group import place_group
 from gangsched.engine.preemption import Running, find_preemption
 from gangsched.engine.queue import belongs, build_queue, order_key, queue_order
@@ -139,18 +139,24 @@ def schedule_cycle(
     nominations: Sequence[Reservation] = (),
     budgets: Sequence[DisruptionBudget] = (),
     before_place: BeforePlace | None = None,
+    device_caches: DeviceCaches | None = None,
 ) -> CycleResult:
     """Group the pending pods of `scheduler_name`, then place every group in queue order.
 
     `pods` is every pod the scheduler knows (bound pods are load, whoever scheduled them).
     `exclude_pods` are pending pods not to place this cycle (e.g. a bind is in flight).
     `reservations` are those the loop holds from earlier cycles. `dra` are the DRA objects
-    (classes, slices, claims); without any, pods with claims wait.
+    (classes, slices, claims); without any, pods with claims wait. `device_caches` are the
+    caller's, kept across its cycles (the operator passes the same one every cycle); without
+    them this call starts from none.
     """
     if dra is not None and not dra.empty:
         pods, dra = delegate(pods, dra, nodes)  # KEP-5004: extended resources served by devices
     snapshot = Snapshot(nodes, (p for p in pods if p.holds_resources))
-    devices = DeviceState(dra, snapshot.nodes, snapshot.index) if dra is not None and not dra.empty else None
+    devices: DeviceState | None = None
+    if dra is not None and not dra.empty:
+        caches = device_caches if device_caches is not None else DeviceCaches()
+        devices = DeviceState(dra, snapshot.nodes, snapshot.index, caches)
     groups_by_key = {g.key: g for g in pod_groups}
     queue = build_queue(
         pods,

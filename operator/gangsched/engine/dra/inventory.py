@@ -13,8 +13,10 @@ Two views of one truth, so that topology and devices are decided in one pass:
 
 The table is rebuilt only when a ResourceSlice changes; selector results are cached on it (and
 per device in the `SelectorEvaluator`), so a cycle on an unchanged inventory evaluates no CEL.
-Which devices are in use is per cycle: every allocated claim's devices (adminAccess excepted,
-as upstream), plus what this cycle allocates.
+Both live in a `DeviceCaches` the caller owns and passes in (the module keeps no state of its
+own): the operator keeps one across its cycles, a simulation uses its own, and neither resets
+the other's. Which devices are in use is per cycle: every allocated claim's devices
+(adminAccess excepted, as upstream), plus what this cycle allocates.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from gangsched.engine.dra.allocator import (
     lookup_attribute,
     taint_blocks,
 )
-from gangsched.engine.dra.cel import CelCompileError, SelectorEvaluator, engine
+from gangsched.engine.dra.cel import CelCompileError, SelectorEvaluator
 from gangsched.engine.dra.pools import DeviceId, Pool, gather_pools, node_matches
 from gangsched.model import Key, Node
 from gangsched.model.dra import (
@@ -205,7 +207,7 @@ class DeviceTable:
         result = Match(mask=mask, failures={})
         for owner, index, expression in owners:
             try:
-                engine().compile(expression)
+                evaluator.cel.compile(expression)
             except CelCompileError as exc:
                 result.compile_failure = SelectorFailure(owner, index, expression, exc.message, True)
                 self._matches[key] = result
@@ -288,22 +290,34 @@ def _renamed(match: Match, class_name: str, claim: str) -> Match:
     )
 
 
-_TABLES: dict[tuple[int, ...], DeviceTable] = {}
-_EVALUATOR = SelectorEvaluator()
+class DeviceCaches:
+    """What the engine remembers of the devices from one cycle to the next: the table of the
+    current slices (selector matches cached on it) and the selectors' answers per device.
 
+    Owned by the caller and passed in: the operator's scheduler keeps one for its life, so a
+    cycle on an unchanged inventory evaluates no CEL; `simulate` and `explain` get a new one
+    per run. Two callers never share one, so neither evicts or resets the other's. One cycle
+    uses it at a time (each `DeviceState` starts a cycle on it).
+    """
 
-def device_table(slices: Sequence[ResourceSlice]) -> DeviceTable:
-    """The table for these slices, reused while none of them changes (two kept: the operator's
-    current inventory and a simulation's). Slices are known by their parsed objects, which the
-    table keeps alive: an updated slice is a new object, and an id is never reused meanwhile."""
-    key = tuple(id(s) for s in slices)
-    table = _TABLES.get(key)
-    if table is None:
-        if len(_TABLES) >= 2:
-            _TABLES.pop(next(iter(_TABLES)))
-        table = DeviceTable(slices)
-        _TABLES[key] = table
-    return table
+    def __init__(self) -> None:
+        self.evaluator = SelectorEvaluator()
+        self._table: DeviceTable | None = None
+        self._slices: tuple[int, ...] = ()
+
+    def table(self, slices: Sequence[ResourceSlice]) -> DeviceTable:
+        """The table for these slices, reused while none of them changes. Slices are known by
+        their parsed objects, which the table keeps alive: an updated slice is a new object,
+        and an id is never reused meanwhile."""
+        key = tuple(id(s) for s in slices)
+        if self._table is None or key != self._slices:
+            self._table = DeviceTable(slices)
+            self._slices = key
+        return self._table
+
+    def new_cycle(self) -> None:
+        """A cycle starts, maybe on another worker thread (`SelectorEvaluator.new_cycle`)."""
+        self.evaluator.new_cycle()
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,15 +352,20 @@ class Demand:
 
 
 class DeviceState:
-    """Devices on one snapshot for one cycle: free or not, counting and exact allocation."""
+    """Devices on one snapshot for one cycle: free or not, counting and exact allocation.
 
-    def __init__(self, objects: DraObjects, nodes: Sequence[Node], index: Mapping[str, int]) -> None:
+    Building one starts a cycle on `caches` (see `DeviceCaches`); its table and evaluator are
+    the caches', only read and added to."""
+
+    def __init__(
+        self, objects: DraObjects, nodes: Sequence[Node], index: Mapping[str, int], caches: DeviceCaches
+    ) -> None:
         self.objects = objects
         self.classes = objects.classes
         self.nodes = nodes
-        self.table = device_table(objects.slices)
-        self.evaluator = _EVALUATOR
-        self.evaluator.new_cycle()
+        caches.new_cycle()
+        self.table = caches.table(objects.slices)
+        self.evaluator = caches.evaluator
         table = self.table
         # Per device, its node's row in this snapshot (-1: not node-local, or no such node).
         rows = np.array([index.get(name, -1) for name in table.node_name_list] + [-1], dtype=np.int64)
