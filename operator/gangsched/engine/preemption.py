@@ -26,7 +26,6 @@ Rules (kube-scheduler's KEP-5710 where it fits, better where it falls short):
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -115,10 +114,10 @@ class _World:
         """`group` placed on forks of the snapshot and devices without `pods` (and the
         terminating ones)."""
         gone = [*self.terminating, *pods]
-        snap = fork_snapshot(self.snapshot, gone)
+        snap = self.snapshot.fork(gone)
         state = None
         if self.devices is not None:
-            state = fork_devices(self.devices, self.freed_devices({p.key for p in gone}))
+            state = self.devices.fork(self.freed_devices({p.key for p in gone}))
         return place_group(snap, group, outside, state, dict(self.allocated_now)).decision
 
     def freed_devices(self, gone: set[Key]) -> list[DeviceId]:
@@ -147,34 +146,6 @@ def place_without(
     the devices of claims only they use), on forks: nothing given is changed."""
     world = _World(snapshot, devices, allocated_now, claim_users(bound), ())
     return world.place(group, gone, blocked)
-
-
-def fork_snapshot(snapshot: Snapshot, gone: Sequence[Pod] = ()) -> Snapshot:
-    """`snapshot` with the resources of `gone` (bound pods) free again (a copy: placing a
-    group on it leaves `snapshot` unchanged; the per-node caches are shared)."""
-    snap = copy.copy(snapshot)
-    snap.columns = dict(snapshot.columns)
-    snap.used = snapshot.used.copy()
-    for pod in gone:
-        row = snap.index.get(pod.node_name)
-        if row is not None:
-            request = snap.vector(pod.requests)
-            snap.used[row, : request.shape[0]] -= request
-    return snap
-
-
-def fork_devices(state: DeviceState, freed: Sequence[DeviceId]) -> DeviceState:
-    """`state` with `freed` devices free again (a copy; `state` is unchanged)."""
-    fork = copy.copy(state)
-    fork.free = state.free.copy()
-    fork.in_use = set(state.in_use)
-    fork._counters = None  # recomputed from what is in use now
-    for device in freed:
-        row = state.table.ids.get(device)
-        fork.in_use.discard(device)
-        if row is not None and state.table.usable[row]:
-            fork.free[row] = True
-    return fork
 
 
 def claim_users(bound: Sequence[Pod]) -> dict[Key, frozenset[Key]]:

@@ -37,13 +37,7 @@ from gangsched.engine.dra.inventory import DeviceState, DraObjects
 from gangsched.engine.explain import DomainFit, NodeReasons, domain_fits, node_reasons
 from gangsched.engine.group import GroupDevices, place_group
 from gangsched.engine.placer import Placer
-from gangsched.engine.preemption import (
-    SYSTEM_CRITICAL,
-    find_preemption,
-    fork_devices,
-    fork_snapshot,
-    place_without,
-)
+from gangsched.engine.preemption import SYSTEM_CRITICAL, find_preemption, place_without
 from gangsched.engine.queue import belongs, gate_group
 from gangsched.engine.snapshot import BoolArray, Snapshot
 from gangsched.engine.types import GroupDecision, GroupRequest, Preemption, Unit
@@ -151,9 +145,9 @@ def analyse(
             turns.append(
                 _Turn(
                     request,
-                    fork_snapshot(snapshot),
+                    snapshot.fork(),
                     None if blocked is None else blocked.copy(),
-                    None if devices is None else fork_devices(devices, []),
+                    None if devices is None else devices.fork(),
                     dict(allocated_now),
                 )
             )
@@ -211,10 +205,8 @@ def _capacity(turn: _Turn) -> GroupCapacity:
 
 def _try(turn: _Turn, request: GroupRequest) -> GroupDecision | None:
     """`request` placed on fresh forks of the turn's state: its decision if it fits, else None."""
-    state = None if turn.devices is None else fork_devices(turn.devices, [])
-    outcome = place_group(
-        fork_snapshot(turn.snapshot), request, turn.blocked, state, dict(turn.allocated_now)
-    )
+    state = None if turn.devices is None else turn.devices.fork()
+    outcome = place_group(turn.snapshot.fork(), request, turn.blocked, state, dict(turn.allocated_now))
     return outcome.decision if outcome.decision.scheduled else None
 
 

@@ -21,6 +21,7 @@ the other's. Which devices are in use is per cycle: every allocated claim's devi
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -390,6 +391,20 @@ class DeviceState:
                 self.in_use.add(device_id)
                 self.free[row] = False
         self._counters: dict[tuple[str, str], dict[str, dict[str, int]]] | None = None
+
+    def fork(self, freed: Sequence[DeviceId] = ()) -> DeviceState:
+        """A copy to allocate on, leaving this one as it is, with `freed` devices free again.
+        The table, evaluator and node reach are shared (read only); what is in use is copied."""
+        fork = copy.copy(self)
+        fork.free = self.free.copy()
+        fork.in_use = set(self.in_use)
+        fork._counters = None  # recomputed from what is in use now
+        for device in freed:
+            row = self.table.ids.get(device)
+            fork.in_use.discard(device)
+            if row is not None and self.table.usable[row]:
+                fork.free[row] = True
+        return fork
 
     # ------------------------------------------------------------------ matching
 
