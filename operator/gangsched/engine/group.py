@@ -26,7 +26,7 @@ import numpy as np
 
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.dra.allocator import AllocationError, AllocationResult
-from gangsched.engine.dra.claims import ClaimUse, GroupClaims, resolve, selector_terms
+from gangsched.engine.dra.claims import ClaimUse, ResolvedClaims, resolve, selector_terms
 from gangsched.engine.dra.inventory import Demand, DeviceState
 from gangsched.engine.explain import explain, explain_best
 from gangsched.engine.fill import Attempt
@@ -69,7 +69,7 @@ class GroupDevices:
         self,
         snapshot: Snapshot,
         state: DeviceState,
-        claims: GroupClaims,
+        claims: ResolvedClaims,
         variant: Mapping[tuple[str, tuple[str, ...]], int],
     ) -> None:
         self.snap = snapshot

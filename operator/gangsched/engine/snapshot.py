@@ -230,14 +230,14 @@ class Snapshot:
             inside = np.isin(codes, wanted) if wanted else np.zeros(len(codes), dtype=bool)
             return inside if req.operator == "In" else ~inside
         # Gt / Lt compare the label value as an integer; a non-integer value never matches.
-        bound = int(req.values[0])
+        threshold = int(req.values[0])
         out = np.zeros(len(codes), dtype=bool)
         for value, code in values.items():
             try:
                 number = int(value)
             except ValueError:
                 continue
-            if (number > bound) if req.operator == "Gt" else (number < bound):
+            if (number > threshold) if req.operator == "Gt" else (number < threshold):
                 out |= codes == code
         return out
 

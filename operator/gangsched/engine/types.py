@@ -18,6 +18,7 @@ class GroupRequest:
     is_gang: bool
     topology: tuple[TopologyConstraint, ...]
     pending: list[Pod]
+    # Members already bound to a node: they count towards min_count and pin the domain.
     bound: list[Pod] = field(default_factory=list)
     priority: int = 0
     created: str = ""

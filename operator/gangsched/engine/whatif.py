@@ -355,19 +355,19 @@ def _min_count(turn: _Turn, cap: GroupCapacity) -> list[Change]:
     request = turn.request
     if not request.is_gang or cap.need <= 1:
         return []
-    bound = request.min_count - cap.need  # members already bound count towards minCount
+    already_bound = request.min_count - cap.need  # members already bound count towards minCount
     low, high = 0, cap.need - 1
     found: GroupDecision | None = None
     while low < high:  # the largest k in [1, need-1] that fits (fits is monotone in k)
         k = (low + high + 1) // 2
-        decision = _try(turn, dataclasses.replace(request, min_count=bound + k))
+        decision = _try(turn, dataclasses.replace(request, min_count=already_bound + k))
         if decision is not None:
             low, found = k, decision
         else:
             high = k - 1
     if found is None:
         return []
-    new = bound + low
+    new = already_bound + low
     return [
         Change(
             MIN_COUNT,

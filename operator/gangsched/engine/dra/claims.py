@@ -44,8 +44,9 @@ class ClaimUse:
 
 
 @dataclass(slots=True)
-class GroupClaims:
-    """The claims of one group's pending pods, resolved."""
+class ResolvedClaims:
+    """The claims of one group's pending pods, resolved (not `loop.groupclaims.GroupClaims`,
+    the claims of a PodGroup's own spec.resourceClaims)."""
 
     uses: dict[Key, tuple[ClaimUse, ...]]  # pod key -> its claims
     claims: dict[Key, ResourceClaim]
@@ -160,7 +161,7 @@ def resolve(
     pods: Sequence[Pod],
     claims: Mapping[Key, ResourceClaim],
     allocated_now: Mapping[Key, AllocationResult],
-) -> GroupClaims | str:
+) -> ResolvedClaims | str:
     """The group's claims, or why it must wait (a claim missing or being deleted)."""
     uses: dict[Key, tuple[ClaimUse, ...]] = {}
     found: dict[Key, ResourceClaim] = {}
@@ -202,7 +203,7 @@ def resolve(
                 choice = (request.name, tuple(s.name for s in request.first_available))
                 if choice not in choices:
                     choices.append(choice)
-    return GroupClaims(uses=uses, claims=found, allocated=allocated, shared=shared, choices=choices)
+    return ResolvedClaims(uses=uses, claims=found, allocated=allocated, shared=shared, choices=choices)
 
 
 def selector_terms(selector: Mapping[str, object] | None) -> tuple[SelectorTerm, ...] | None:

@@ -8,8 +8,8 @@ Two views of one truth, so that topology and devices are decided in one pass:
   shapes (N devices of a class, devices aligned on an attribute) and an upper bound otherwise
   (requests that compete for the same devices, partitionable devices sharing counters).
 - **Exact** (`DeviceState.allocate`): the structured allocator (`allocator.NodeAllocator`) on
-  one node, run only on the nodes a placement chose, pod by pod. Where the bound was loose the
-  group is placed again with the exact count (`engine.group`).
+  one node, run only on the nodes a placement chose, pod by pod. Where the upper bound was
+  loose, the group is placed again with the exact count (`engine.group`).
 
 The table is rebuilt only when a ResourceSlice changes; selector results are cached on it (and
 per device in the `SelectorEvaluator`), so a cycle on an unchanged inventory evaluates no CEL.
