@@ -18,7 +18,7 @@ from gangsched.engine.preemption import Running, find_preemption
 from gangsched.engine.queue import belongs, build_queue, order_key, queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, reservation_nodes
 from gangsched.engine.snapshot import BoolArray, Snapshot
-from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Reservation
+from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Reservation, WaitForTerminating
 from gangsched.model import DEFAULT_SCHEDULER_NAME, Key, Node, Pod, PodGroup, Reason
 from gangsched.model.pdb import DisruptionBudget
 
@@ -89,8 +89,8 @@ def schedule_groups(
                 budgets=budgets,
                 running=running,
             )
-            if isinstance(found, str):
-                outcome.decision.message += f"; {found}"
+            if isinstance(found, WaitForTerminating):
+                outcome.decision.message += f"; {found.describe()}"
             elif found is not None:
                 outcome.decision.preemption = found
                 outcome.decision.message += f"; {found.describe()}"

@@ -26,8 +26,8 @@ import numpy as np
 
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.dra.allocator import AllocationError, AllocationResult
-from gangsched.engine.dra.claims import ClaimUse, ResolvedClaims, resolve, selector_terms
-from gangsched.engine.dra.inventory import Demand, DeviceState
+from gangsched.engine.dra.claims import ClaimUse, ResolvedClaims, WaitingForClaims, resolve, selector_terms
+from gangsched.engine.dra.inventory import Demand, DeviceState, Need, SelectorFailure
 from gangsched.engine.explain import explain, explain_best
 from gangsched.engine.fill import Attempt
 from gangsched.engine.placer import Placer
@@ -192,8 +192,8 @@ def place_group(
             return Outcome(placed(group, cap, placer, attempt), cap)
         return Outcome(unplaced(group, explain(cap, placer)), cap)
     claims = resolve(group.pending, state.objects.claims if state else {}, allocated_now)
-    if isinstance(claims, str):
-        return Outcome(unplaced(group, claims, Reason.WAITING_FOR_RESOURCE_CLAIMS), None)
+    if isinstance(claims, WaitingForClaims):
+        return Outcome(unplaced(group, claims.message, Reason.WAITING_FOR_RESOURCE_CLAIMS), None)
     assert state is not None  # the claims resolved, so there are DRA objects
     first: Outcome | None = None
     others: list[str] = []
@@ -229,13 +229,17 @@ def _place_variant(
     state = devices.state
     missing = _missing_class(devices, group)
     if missing is not None:
-        return Outcome(unplaced(group, missing), None), missing
+        text = (
+            f"claim {missing.claim}, request {missing.request}: device class {missing.device_class} not found"
+        )
+        return Outcome(unplaced(group, text), None), text
     cap = GroupCapacity(snapshot, group, blocked, devices)
     for _ in range(MAX_ROUNDS):
         failure = _selector_failure(cap, devices)
         if failure is not None:
             _release_shared(devices)
-            return Outcome(unplaced(group, failure), cap), failure
+            text = failure.text()
+            return Outcome(unplaced(group, text), cap), text
         placer = Placer(cap)
         attempt = placer.place()
         if attempt is None or attempt.placed < max(cap.need, 1):
@@ -276,25 +280,25 @@ def _place_variant(
     return Outcome(unplaced(group, message), cap), message
 
 
-def _missing_class(devices: GroupDevices, group: GroupRequest) -> str | None:
+def _missing_class(devices: GroupDevices, group: GroupRequest) -> Need | None:
+    """The first request of the group's claims whose device class does not exist."""
     for pod in group.pending:
         key = devices.key(pod)
         if isinstance(key, DeviceKey):
             for need in key.demand.needs:
                 if need.device_class not in devices.state.classes:
-                    where = f"claim {need.claim}, request {need.request}"
-                    return f"{where}: device class {need.device_class} not found"
+                    return need
     return None
 
 
-def _selector_failure(cap: GroupCapacity, devices: GroupDevices) -> str | None:
+def _selector_failure(cap: GroupCapacity, devices: GroupDevices) -> SelectorFailure | None:
     """A selector that fails on a device the allocator could reach makes the group fail, as
     upstream (never a match, never silently skipped)."""
     for cls in cap.classes:
         if isinstance(cls.device_key, DeviceKey):
             failures = devices.state.failures(cls.device_key.demand, cls.mask)
             if failures:
-                return failures[0].text()
+                return failures[0]
     return None
 
 

@@ -36,7 +36,7 @@ from gangsched.engine.dra.inventory import DeviceState
 from gangsched.engine.dra.pools import DeviceId
 from gangsched.engine.group import place_group
 from gangsched.engine.snapshot import BoolArray, Snapshot
-from gangsched.engine.types import GroupDecision, GroupRequest, Preemption, Unit
+from gangsched.engine.types import GroupDecision, GroupRequest, Preemption, Unit, WaitForTerminating
 from gangsched.model import Key, Pod, PodGroup
 from gangsched.model.pdb import DisruptionBudget
 from gangsched.model.pod import PREEMPT_NEVER
@@ -202,9 +202,9 @@ def find_preemption(
     required_keys: tuple[str, ...],
     budgets: Sequence[DisruptionBudget] = (),
     running: Running | None = None,
-) -> Preemption | str | None:
-    """The least damaging preemption that makes `group` fit; a reason (str) when it should
-    wait instead (terminating pods will make room); None when preemption cannot help.
+) -> Preemption | WaitForTerminating | None:
+    """The least damaging preemption that makes `group` fit; `WaitForTerminating` when it
+    should wait instead (terminating pods will make room); None when preemption cannot help.
     `running`: `Running.of(bound, groups)`, when the caller keeps it for a whole cycle."""
     if not may_preempt(group):
         return None
@@ -215,7 +215,7 @@ def find_preemption(
         return None  # nothing terminates and nothing runs below it
     world = _World(snapshot, devices, allocated_now, running.claim_users, terminating)
     if terminating and world.fits(group, [], blocked):
-        return f"waiting for {len(terminating)} terminating pod(s) to make room"
+        return WaitForTerminating(len(terminating))
     units = [u for u in running.units if u.priority < group.priority and u.priority < SYSTEM_CRITICAL]
     if not units or not world.fits(group, [p for u in units for p in u.pods], blocked):
         return None  # not even evicting every candidate makes room

@@ -97,6 +97,17 @@ class Preemption:
         return f"preempting {' '.join(parts)} (priority <= {top}){where}"
 
 
+@dataclass(frozen=True, slots=True)
+class WaitForTerminating:
+    """Instead of a preemption: pods already terminating will make room (waiting beats
+    preempting, `engine.preemption`)."""
+
+    pods: int  # terminating pods
+
+    def describe(self) -> str:
+        return f"waiting for {self.pods} terminating pod(s) to make room"
+
+
 @dataclass(slots=True)
 class GroupDecision:
     namespace: str

@@ -32,7 +32,7 @@ from typing import Any
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.cycle import schedule_cycle
 from gangsched.engine.dra.allocator import AllocationResult
-from gangsched.engine.dra.claims import resolve
+from gangsched.engine.dra.claims import WaitingForClaims, resolve
 from gangsched.engine.dra.inventory import DeviceState, DraObjects
 from gangsched.engine.explain import DomainFit, NodeReasons, domain_fits, node_reasons
 from gangsched.engine.group import GroupDevices, place_group
@@ -196,7 +196,7 @@ def _capacity(turn: _Turn) -> GroupCapacity:
     request, snapshot, state = turn.request, turn.snapshot, turn.devices
     if state is not None and any(p.claims for p in request.pending):
         claims = resolve(request.pending, state.objects.claims, turn.allocated_now)
-        if not isinstance(claims, str):
+        if not isinstance(claims, WaitingForClaims):
             variant = next(claims.variants(), {})
             devices = GroupDevices(snapshot, state, claims, variant)
             return GroupCapacity(snapshot, request, turn.blocked, devices)

@@ -157,11 +157,18 @@ def _alignments(spec: ClaimSpec, offset: int) -> list[Alignment]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class WaitingForClaims:
+    """Why a group cannot be placed yet: a pod's claim does not exist or is being deleted."""
+
+    message: str  # as the PodGroup's status says it
+
+
 def resolve(
     pods: Sequence[Pod],
     claims: Mapping[Key, ResourceClaim],
     allocated_now: Mapping[Key, AllocationResult],
-) -> ResolvedClaims | str:
+) -> ResolvedClaims | WaitingForClaims:
     """The group's claims, or why it must wait (a claim missing or being deleted)."""
     uses: dict[Key, tuple[ClaimUse, ...]] = {}
     found: dict[Key, ResourceClaim] = {}
@@ -171,18 +178,20 @@ def resolve(
         for entry in pod.claims:
             name = entry.claim_name or pod.claim_statuses.get(entry.name)
             if not name:
-                return (
+                return WaitingForClaims(
                     f"pod {pod.name}: waiting for the ResourceClaim of template {entry.template_name} "
                     f"(claim {entry.name}) to be created"
                 )
             key = (pod.namespace, name)
             claim = claims.get(key)
             if claim is None:
-                return (
+                return WaitingForClaims(
                     f"pod {pod.name}: waiting for ResourceClaim {pod.namespace}/{name} (claim {entry.name})"
                 )
             if claim.deleting:
-                return f"pod {pod.name}: ResourceClaim {pod.namespace}/{name} is being deleted"
+                return WaitingForClaims(
+                    f"pod {pod.name}: ResourceClaim {pod.namespace}/{name} is being deleted"
+                )
             found[key] = claim
             resolved.append(ClaimUse(entry.name, key))
             users.setdefault(key, []).append(pod.key)
