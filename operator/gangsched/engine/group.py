@@ -19,7 +19,7 @@ Nothing is kept from a variant that fails: its device allocations are released.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -191,14 +191,13 @@ def place_group(
         if attempt is not None and attempt.placed >= max(cap.need, 1):
             return Outcome(placed(group, cap, placer, attempt), cap)
         return Outcome(unplaced(group, explain(cap, placer)), cap)
-    claims = resolve(group.pending, state.objects.claims if state else {}, allocated_now)
-    if isinstance(claims, WaitingForClaims):
-        return Outcome(unplaced(group, claims.message, Reason.WAITING_FOR_RESOURCE_CLAIMS), None)
-    assert state is not None  # the claims resolved, so there are DRA objects
+    variants = device_variants(snapshot, group, state, allocated_now)
+    if isinstance(variants, WaitingForClaims):
+        return Outcome(unplaced(group, variants.message, Reason.WAITING_FOR_RESOURCE_CLAIMS), None)
     first: Outcome | None = None
     others: list[str] = []
-    for variant in claims.variants():
-        devices = GroupDevices(snapshot, state, claims, variant)
+    for devices in variants:
+        claims, variant = devices.claims, devices.variant
         outcome, short = _place_variant(snapshot, group, blocked, devices, allocated_now)
         if outcome.decision.scheduled:
             if claims.choices:
@@ -216,6 +215,23 @@ def place_group(
     if others:
         first.decision.message += "; " + "; ".join(others)
     return first
+
+
+def device_variants(
+    snapshot: Snapshot,
+    group: GroupRequest,
+    state: DeviceState | None,
+    allocated_now: Mapping[Key, AllocationResult],
+) -> Iterator[GroupDevices] | WaitingForClaims:
+    """The claim setup of a group whose pods have claims: the claims resolved, then one
+    device view per firstAvailable variant, in the order `place_group` tries them (each
+    made when reached); or why the group waits for its claims. `explain` measures the
+    group with the first one."""
+    claims = resolve(group.pending, state.objects.claims if state else {}, allocated_now)
+    if isinstance(claims, WaitingForClaims):
+        return claims
+    assert state is not None  # the claims resolved, so there are DRA objects
+    return (GroupDevices(snapshot, state, claims, variant) for variant in claims.variants())
 
 
 def _place_variant(

@@ -32,10 +32,10 @@ from typing import Any
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.cycle import schedule_cycle
 from gangsched.engine.dra.allocator import AllocationResult
-from gangsched.engine.dra.claims import WaitingForClaims, resolve
+from gangsched.engine.dra.claims import WaitingForClaims
 from gangsched.engine.dra.inventory import DeviceState, DraObjects
 from gangsched.engine.explain import DomainFit, NodeReasons, domain_fits, node_reasons
-from gangsched.engine.group import GroupDevices, place_group
+from gangsched.engine.group import GroupDevices, device_variants, place_group
 from gangsched.engine.placer import Placer
 from gangsched.engine.preemption import SYSTEM_CRITICAL, find_preemption, place_without
 from gangsched.engine.queue import belongs, gate_group
@@ -192,15 +192,14 @@ def analyse(
 
 def _capacity(turn: _Turn) -> GroupCapacity:
     """The group's capacity at its turn, with its devices (first firstAvailable variant) when
-    its pods have claims, as `place_group` measures it."""
-    request, snapshot, state = turn.request, turn.snapshot, turn.devices
-    if state is not None and any(p.claims for p in request.pending):
-        claims = resolve(request.pending, state.objects.claims, turn.allocated_now)
-        if not isinstance(claims, WaitingForClaims):
-            variant = next(claims.variants(), {})
-            devices = GroupDevices(snapshot, state, claims, variant)
-            return GroupCapacity(snapshot, request, turn.blocked, devices)
-    return GroupCapacity(snapshot, request, turn.blocked)
+    its pods have claims: `place_group`'s own claim setup (`group.device_variants`)."""
+    request = turn.request
+    devices: GroupDevices | None = None
+    if any(p.claims for p in request.pending):
+        variants = device_variants(turn.snapshot, request, turn.devices, turn.allocated_now)
+        if not isinstance(variants, WaitingForClaims):
+            devices = next(variants, None)
+    return GroupCapacity(turn.snapshot, request, turn.blocked, devices)
 
 
 def _try(turn: _Turn, request: GroupRequest) -> GroupDecision | None:
