@@ -1,5 +1,8 @@
 """The placement engine: pure, vectorised, shared by `gangsched run` and `gangsched simulate`.
 
+No state outlives a call: what is worth keeping from one cycle to the next (the device table,
+selector answers) is a `DeviceCaches` the caller owns and passes in.
+
 One job per module, lowest first:
   snapshot     nodes as numpy rows; eligibility of a pod shape; topology domains
   types        what goes in (GroupRequest) and comes out (GroupDecision, CycleResult)
