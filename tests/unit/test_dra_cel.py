@@ -17,7 +17,7 @@ import pytest
 
 from gangsched.engine.dra import celfunctions
 from gangsched.engine.dra.allocator import CelError
-from gangsched.engine.dra.cel import CelCompileError, CelRuntimeError, SelectorEvaluator, engine
+from gangsched.engine.dra.cel import CelCompileError, CelRuntimeError, DraCel, SelectorEvaluator
 from gangsched.model.dra import parse_resource_slice
 
 DATA = json.loads((Path(__file__).parent / "data" / "dra_cel_cases.json").read_text())
@@ -38,10 +38,12 @@ KNOWN = {
 # values parsed with a fraction, a milli suffix or 19+ digits, though integral. A canonical
 # encoding (which `==` needs) cannot reproduce that.
 KNOWN_LIBRARY = ("1000m", "1Ei", "9223372036854775807", "1.5Gi")
+# One environment for the whole corpus: compiled selectors are cached in it.
+CEL = DraCel()
 
 
 def _outcome(expression: str, device: dict[str, Any]) -> str:
-    cel = engine()
+    cel = CEL
     try:
         selector = cel.compile(expression)
     except CelCompileError:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gangsched.engine import CycleResult, GroupDecision, group, schedule_cycle
+from gangsched.engine.dra.claims import WaitingForClaims, resolve
 from gangsched.engine.types import PodDevice
 from gangsched.model import Node, Pod, PodGroup, Reason, parse_node, parse_pod
 from gangsched_testing import dra
@@ -417,7 +418,22 @@ def test_a_missing_device_class_is_named() -> None:
     result = run(
         [bare("a")], dra.claim_pods("w", 1, "g", {"gpu": "template:t"}), [pod_group("g", 1)], objects
     )
-    assert "device class no-such-class not found" in decision(result, "g").message
+    assert (
+        decision(result, "g").message == "claim ml/w-0-gpu, request gpu: device class no-such-class not found"
+    )
+
+
+def test_a_claim_being_deleted_keeps_the_group_waiting() -> None:
+    deleting = dra.claim("ml", "c")
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    members = dra.claim_pods("w", 1, "g", {"gpu": "c"})
+    objects = dra.dra_objects([dra.gpu_class(), dra.node_slice("a", dra.gpus(1)), deleting], members)
+    waiting = resolve(members, objects.claims, {})
+    assert waiting == WaitingForClaims("pod w-0: ResourceClaim ml/c is being deleted")
+    result = schedule_cycle(nodes=[bare("a")], pods=members, pod_groups=[pod_group("g", 1)], dra=objects)
+    assert decision(result, "g").reason == Reason.WAITING_FOR_RESOURCE_CLAIMS
+    assert decision(result, "g").message == waiting.message
+    assert isinstance(resolve(members, {}, {}), WaitingForClaims)
 
 
 def test_claims_without_any_dra_objects_wait() -> None:

@@ -25,7 +25,8 @@ from gangsched.engine.whatif import (
     analyse,
 )
 from gangsched.model import Node, Pod, PodGroup, Reason
-from gangsched_testing.builders import BLOCK, RACK, pod, pod_group, pods, topology_nodes
+from gangsched_testing import dra
+from gangsched_testing.builders import BLOCK, RACK, node, pod, pod_group, pods, topology_nodes
 
 TRAIN = ("ml", "train")
 
@@ -175,6 +176,31 @@ def test_a_gang_that_fits_nowhere_even_smaller_gets_no_min_count_change() -> Non
     assert analysis.changes == []
     assert analysis.reasons is not None
     assert analysis.reasons.eligible == 0
+
+
+def test_a_gang_short_of_devices_is_measured_with_its_devices() -> None:
+    """`explain` measures a gang with claims through `place_group`'s own claim setup: node c's
+    GPUs are all held, so it is named for its devices, and 4 of the 6 pods fit."""
+    members = dra.claim_pods("w", 6, "g", {"gpu": "template:one-gpu"})
+    held = [("gpu", dra.GPU_DRIVER, "c", "gpu-0"), ("gpu", dra.GPU_DRIVER, "c", "gpu-1")]
+    objects = [
+        dra.gpu_class(),
+        *(dra.node_slice(n, dra.gpus(2)) for n in "abc"),
+        dra.claim_template("ml", "one-gpu", dra.request("gpu")),
+        dra.claim("ml", "held", allocated=held, node="c"),
+    ]
+    analysis = analyse(
+        nodes=[node(n, gpu=0) for n in "abc"],
+        pods=members,
+        pod_groups=[pod_group("g", 6)],
+        target=("ml", "g"),
+        dra=dra.dra_objects(objects, members),
+    )
+    assert analysis.reasons is not None
+    assert analysis.reasons.counts == {"no free device for request gpu (class gpu.example.com)": 1}
+    [domain] = analysis.domains
+    assert (domain.fits, domain.want, domain.limited_by) == (4, 6, "devices of class gpu.example.com")
+    assert [(c.kind, c.summary) for c in analysis.changes] == [(MIN_COUNT, "minCount 6 -> 4")]
 
 
 def test_a_bound_gang_is_scheduled_and_says_where() -> None:

@@ -6,7 +6,10 @@ import dataclasses
 from typing import Any
 
 from gangsched.engine import CycleResult, GroupDecision, schedule_cycle
-from gangsched.engine.types import Reservation
+from gangsched.engine.preemption import find_preemption
+from gangsched.engine.queue import build_queue
+from gangsched.engine.snapshot import Snapshot
+from gangsched.engine.types import Reservation, WaitForTerminating
 from gangsched.model import Pod
 from gangsched_testing.builders import BLOCK, RACK, pod, pod_group, topology_nodes
 
@@ -142,6 +145,30 @@ def test_waiting_for_terminating_pods_beats_preempting() -> None:
     d = decision(schedule_cycle(nodes=nodes(), pods=pods, pod_groups=groups), "hi")
     assert d.preemption is None
     assert "waiting for 4 terminating pod(s) to make room" in d.message
+
+
+def test_the_search_answers_wait_as_a_result_not_a_string() -> None:
+    pods = [
+        *running("low", "low", RACK_A, priority=10, deleting=True),
+        *running("mid", "mid", RACK_B, priority=10),
+        *pending("hi", 4),
+    ]
+    groups = [pod_group("low", 4), pod_group("mid", 4), pod_group("hi", 4, topology=[(RACK, "Required")])]
+    bound = [p for p in pods if p.holds_resources]
+    queue = build_queue(pods, groups, scheduler_name="gangsched", waiting_seconds={})
+    hi = next(r for r in queue.requests if r.name == "hi")
+    found = find_preemption(
+        Snapshot(nodes(), bound),
+        hi,
+        bound=bound,
+        groups={g.key: g for g in groups},
+        blocked=None,
+        devices=None,
+        allocated_now={},
+        required_keys=(RACK,),
+    )
+    assert found == WaitForTerminating(4)
+    assert found.describe() == "waiting for 4 terminating pod(s) to make room"
 
 
 def test_a_nominated_domain_is_kept_from_lower_priority_groups() -> None:

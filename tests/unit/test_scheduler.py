@@ -395,3 +395,33 @@ def test_a_preempting_group_has_no_backoff() -> None:
     queue.unplaced(("ml", "lo"), Reason.UNSCHEDULABLE, 10.0, 5)
     queue.unplaced(("ml", "lo"), Reason.UNSCHEDULABLE, 10.0, 5)
     assert not queue.due(("ml", "lo"), 10.01, 6)  # an ordinary failure backs off
+
+
+def test_every_cycle_gets_the_schedulers_own_device_caches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine keeps nothing between calls: the loop owns its device caches and passes the
+    same ones every cycle (so an unchanged inventory is not evaluated again)."""
+
+    async def scenario() -> None:
+        cache = ClusterCache()
+        binder = FakeBinder()
+        clock = Clock()
+        sched = make(cache, binder, clock)
+        cache.apply("nodes", "ADDED", node("n1"))
+        cache.apply("podgroups", "ADDED", group(2))
+        seen: list[Any] = []
+        real = scheduler_module.schedule_cycle
+
+        def spy(**kwargs: Any) -> Any:
+            seen.append(kwargs["device_caches"])
+            return real(**kwargs)
+
+        monkeypatch.setattr(scheduler_module, "schedule_cycle", spy)
+        for i in range(2):
+            cache.apply("pods", "ADDED", pod(f"g-{i}", 10 + i))  # a change: the group is decided again
+            clock.now += 60
+            await sched.cycle()
+            await settle(sched)
+        assert len(seen) == 2
+        assert seen[0] is seen[1] is sched.device_caches
+
+    asyncio.run(scenario())

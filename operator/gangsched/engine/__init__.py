@@ -1,5 +1,8 @@
 """The placement engine: pure, vectorised, shared by `gangsched run` and `gangsched simulate`.
 
+No state outlives a call: what is worth keeping from one cycle to the next (the device table,
+selector answers) is a `DeviceCaches` the caller owns and passes in.
+
 One job per module, lowest first:
   snapshot     nodes as numpy rows; eligibility of a pod shape; topology domains
   types        what goes in (GroupRequest) and comes out (GroupDecision, CycleResult)
@@ -18,7 +21,7 @@ One job per module, lowest first:
 """
 
 from gangsched.engine.cycle import schedule_cycle, schedule_groups
-from gangsched.engine.dra.inventory import DraObjects
+from gangsched.engine.dra.inventory import DeviceCaches, DraObjects
 from gangsched.engine.queue import queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS
 from gangsched.engine.snapshot import Snapshot
@@ -27,6 +30,7 @@ from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Res
 __all__ = [
     "DEFAULT_RESERVATION_AFTER_SECONDS",
     "CycleResult",
+    "DeviceCaches",
     "DraObjects",
     "GroupDecision",
     "GroupRequest",

@@ -11,23 +11,22 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from gangsched.engine.dra.allocator import AllocationResult
-from gangsched.engine.dra.claims import ClaimKey
 from gangsched.engine.dra.extended import delegate
-from gangsched.engine.dra.inventory import DeviceState, DraObjects
+from gangsched.engine.dra.inventory import DeviceCaches, DeviceState, DraObjects
 from gangsched.engine.group import place_group
 from gangsched.engine.preemption import Running, find_preemption
-from gangsched.engine.queue import Key, Queue, belongs, build_queue, order_key, queue_order
+from gangsched.engine.queue import Queue, belongs, build_queue, order_key, queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, reservation_nodes
 from gangsched.engine.snapshot import BoolArray, Snapshot
-from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Reservation
-from gangsched.model import DEFAULT_SCHEDULER_NAME, Node, Pod, PodGroup, Reason
+from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Reservation, WaitForTerminating
+from gangsched.model import DEFAULT_SCHEDULER_NAME, Key, Node, Pod, PodGroup, Reason
 from gangsched.model.pdb import DisruptionBudget
 
 # Called with each group right before it is placed, on the cycle's live state: the snapshot
 # (earlier groups' placements counted), the nodes it may not use, the devices and the claims
 # allocated earlier in the cycle. Must not change them (`engine.whatif` forks what it tries).
 BeforePlace = Callable[
-    [GroupRequest, Snapshot, BoolArray | None, DeviceState | None, Mapping[ClaimKey, AllocationResult]], None
+    [GroupRequest, Snapshot, BoolArray | None, DeviceState | None, Mapping[Key, AllocationResult]], None
 ]
 
 
@@ -62,7 +61,7 @@ def schedule_groups(
     decisions: list[GroupDecision] = []
     deciding = {g.key for g in groups}
     standing = [r for r in held if r.owner not in deciding]
-    allocated_now: dict[ClaimKey, AllocationResult] = {}
+    allocated_now: dict[Key, AllocationResult] = {}
     nominated = list(nominations)
     preempting = {r.owner for r in nominations}
     running: Running | None = None  # what preemption reads of the running pods, once per cycle
@@ -90,8 +89,8 @@ def schedule_groups(
                 budgets=budgets,
                 running=running,
             )
-            if isinstance(found, str):
-                outcome.decision.message += f"; {found}"
+            if isinstance(found, WaitForTerminating):
+                outcome.decision.message += f"; {found.describe()}"
             elif found is not None:
                 nomination = Reservation(group.key, group.priority, order_key(group), found.nodes)
                 outcome.decision.preemption = found
@@ -142,6 +141,7 @@ def schedule_cycle(
     nominations: Sequence[Reservation] = (),
     budgets: Sequence[DisruptionBudget] = (),
     before_place: BeforePlace | None = None,
+    device_caches: DeviceCaches | None = None,
 ) -> CycleResult:
     """Group the pending pods of `scheduler_name`, then place every group in queue order.
 
@@ -149,7 +149,9 @@ def schedule_cycle(
     `queue` is the queue `build_queue` made of them, with only the groups to decide this
     cycle (the loop leaves out those binding, backing off, ...); None: every group.
     `reservations` are those the loop holds from earlier cycles. `dra` are the DRA objects
-    (classes, slices, claims); without any, pods with claims wait.
+    (classes, slices, claims); without any, pods with claims wait. `device_caches` are the
+    caller's, kept across its cycles (the operator passes the same one every cycle); without
+    them this call starts from none.
     """
     if queue is None:
         queue = build_queue(
@@ -162,7 +164,10 @@ def schedule_cycle(
             {new.key: new for old, new in zip(given, pods, strict=True) if new is not old}
         )
     snapshot = Snapshot(nodes, (p for p in pods if p.holds_resources))
-    devices = DeviceState(dra, snapshot.nodes, snapshot.index) if dra is not None and not dra.empty else None
+    devices: DeviceState | None = None
+    if dra is not None and not dra.empty:
+        caches = device_caches if device_caches is not None else DeviceCaches()
+        devices = DeviceState(dra, snapshot.nodes, snapshot.index, caches)
     groups_by_key = {g.key: g for g in pod_groups}
     decisions, standing = schedule_groups(
         snapshot,

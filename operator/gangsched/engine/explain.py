@@ -190,8 +190,8 @@ def _best_partial(cap: GroupCapacity, placer: Placer) -> tuple[str, int] | None:
             return None
     ids = ids_all[nodes]
     uniq, inverse = np.unique(ids, return_inverse=True)
-    bound, _ = cap.domain_capacity(inverse, nodes, uniq.size)
-    top = int(np.argmax(bound))
+    upper, _ = cap.domain_capacity(inverse, nodes, uniq.size)
+    top = int(np.argmax(upper))
     order = placer.order_leaves(nodes[inverse == top], cap.main_units(cap.total))
     attempt = greedy(cap, order, all_classes)
     key = cap.required_keys[-1].rsplit("/", 1)[-1]
@@ -306,9 +306,9 @@ def domain_fits(cap: GroupCapacity, placer: Placer, limit: int = 5) -> list[Doma
         return []
     ids = ids_all[usable]
     uniq, inverse = np.unique(ids, return_inverse=True)
-    bound, raw = cap.domain_capacity(inverse, usable, uniq.size)
-    # Rank by the vectorised bound, then measure the best few exactly.
-    ranked = np.lexsort((uniq, -raw, -bound))[: max(limit * 2, limit)]
+    upper, raw = cap.domain_capacity(inverse, usable, uniq.size)
+    # Rank by the vectorised upper bound, then measure the best few exactly.
+    ranked = np.lexsort((uniq, -raw, -upper))[: max(limit * 2, limit)]
     out = []
     for k in ranked:
         here = usable[inverse == k]

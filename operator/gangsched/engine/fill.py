@@ -43,9 +43,9 @@ def fill(cap: GroupCapacity, order: IntArray, target: int) -> Attempt:
         alt = greedy(cap, order, list(reversed(range(len(cap.classes)))))
         if alt.placed > attempt.placed:
             attempt = alt
-    bound = sum(min(int(c[order].sum()), count) for c, count in zip(cap.caps, cap.counts, strict=True))
+    upper = sum(min(int(c[order].sum()), count) for c, count in zip(cap.caps, cap.counts, strict=True))
     # One class: first-fit of identical pods is already optimal. Several: search exactly when small.
-    if len(cap.classes) > 1 and attempt.placed < min(target, bound) and cap.total <= EXACT_MAX_PODS:
+    if len(cap.classes) > 1 and attempt.placed < min(target, upper) and cap.total <= EXACT_MAX_PODS:
         small = order[: EXACT_MAX_NODES * 4]
         eligible = small[np.any([c[small] > 0 for c in cap.caps], axis=0)]
         if eligible.size <= EXACT_MAX_NODES:

@@ -19,21 +19,21 @@ Nothing is kept from a variant that fails: its device allocations are released.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.dra.allocator import AllocationError, AllocationResult
-from gangsched.engine.dra.claims import ClaimKey, ClaimUse, GroupClaims, resolve, selector_terms
-from gangsched.engine.dra.inventory import Demand, DeviceState
+from gangsched.engine.dra.claims import ClaimUse, ResolvedClaims, WaitingForClaims, resolve, selector_terms
+from gangsched.engine.dra.inventory import Demand, DeviceState, Need, SelectorFailure
 from gangsched.engine.explain import explain, explain_best
 from gangsched.engine.fill import Attempt
 from gangsched.engine.placer import Placer
 from gangsched.engine.snapshot import BoolArray, IntArray, Snapshot
 from gangsched.engine.types import GroupDecision, GroupRequest, PodDevice
-from gangsched.model import Pod, Reason
+from gangsched.model import Key, Pod, Reason
 
 # Placements tried per variant before the group is declared unschedulable: each round fixes
 # the count of every node where the exact allocation found fewer devices than counted.
@@ -51,8 +51,8 @@ class DeviceKey:
     """What a pod asks of the devices; equal for pods of one template (see `DeviceView`)."""
 
     demand: Demand
-    allocated: tuple[ClaimKey, ...]
-    shared: tuple[ClaimKey, ...]
+    allocated: tuple[Key, ...]
+    shared: tuple[Key, ...]
 
 
 @dataclass(slots=True)
@@ -69,7 +69,7 @@ class GroupDevices:
         self,
         snapshot: Snapshot,
         state: DeviceState,
-        claims: GroupClaims,
+        claims: ResolvedClaims,
         variant: Mapping[tuple[str, tuple[str, ...]], int],
     ) -> None:
         self.snap = snapshot
@@ -77,12 +77,12 @@ class GroupDevices:
         self.claims = claims
         self.variant = variant
         # shared claim -> (node, allocation) once allocated for this variant
-        self.shared_done: dict[ClaimKey, tuple[int, AllocationResult]] = {}
-        self.shared_tried: dict[ClaimKey, set[int]] = defaultdict(set)
+        self.shared_done: dict[Key, tuple[int, AllocationResult]] = {}
+        self.shared_tried: dict[Key, set[int]] = defaultdict(set)
         # device key -> node -> pods its devices really serve (found by exact allocation)
         self.exact: dict[DeviceKey, dict[int, int]] = defaultdict(dict)
-        self._keys: dict[tuple[str, str], DeviceKey] = {}
-        self._masks: dict[ClaimKey, BoolArray | None] = {}
+        self._keys: dict[Key, DeviceKey] = {}
+        self._masks: dict[Key, BoolArray | None] = {}
 
     # ------------------------------------------------------------------ DeviceView
 
@@ -109,7 +109,7 @@ class GroupDevices:
                 mask = allowed if mask is None else mask & allowed
         return mask
 
-    def _claim_mask(self, claim: ClaimKey) -> BoolArray | None:
+    def _claim_mask(self, claim: Key) -> BoolArray | None:
         if claim in self.claims.allocated:
             if claim not in self._masks:
                 terms = self.claims.allocated[claim]
@@ -153,8 +153,8 @@ class GroupDevices:
     def devices_of(
         self,
         pod: Pod,
-        own: Mapping[ClaimKey, AllocationResult],
-        allocated_now: Mapping[ClaimKey, AllocationResult],
+        own: Mapping[Key, AllocationResult],
+        allocated_now: Mapping[Key, AllocationResult],
     ) -> list[PodDevice]:
         out: list[PodDevice] = []
         for use in self.claims.uses.get(pod.key, ()):
@@ -180,7 +180,7 @@ def place_group(
     group: GroupRequest,
     blocked: BoolArray | None,
     state: DeviceState | None,
-    allocated_now: dict[ClaimKey, AllocationResult],
+    allocated_now: dict[Key, AllocationResult],
 ) -> Outcome:
     """Place `group` on `snapshot`; on success the snapshot (and `state`, `allocated_now`)
     count its pods and devices as used."""
@@ -191,14 +191,13 @@ def place_group(
         if attempt is not None and attempt.placed >= max(cap.need, 1):
             return Outcome(placed(group, cap, placer, attempt), cap)
         return Outcome(unplaced(group, explain(cap, placer)), cap)
-    claims = resolve(group.pending, state.objects.claims if state else {}, allocated_now)
-    if isinstance(claims, str):
-        return Outcome(unplaced(group, claims, Reason.WAITING_FOR_RESOURCE_CLAIMS), None)
-    assert state is not None  # the claims resolved, so there are DRA objects
+    variants = device_variants(snapshot, group, state, allocated_now)
+    if isinstance(variants, WaitingForClaims):
+        return Outcome(unplaced(group, variants.message, Reason.WAITING_FOR_RESOURCE_CLAIMS), None)
     first: Outcome | None = None
     others: list[str] = []
-    for variant in claims.variants():
-        devices = GroupDevices(snapshot, state, claims, variant)
+    for devices in variants:
+        claims, variant = devices.claims, devices.variant
         outcome, short = _place_variant(snapshot, group, blocked, devices, allocated_now)
         if outcome.decision.scheduled:
             if claims.choices:
@@ -218,24 +217,45 @@ def place_group(
     return first
 
 
+def device_variants(
+    snapshot: Snapshot,
+    group: GroupRequest,
+    state: DeviceState | None,
+    allocated_now: Mapping[Key, AllocationResult],
+) -> Iterator[GroupDevices] | WaitingForClaims:
+    """The claim setup of a group whose pods have claims: the claims resolved, then one
+    device view per firstAvailable variant, in the order `place_group` tries them (each
+    made when reached); or why the group waits for its claims. `explain` measures the
+    group with the first one."""
+    claims = resolve(group.pending, state.objects.claims if state else {}, allocated_now)
+    if isinstance(claims, WaitingForClaims):
+        return claims
+    assert state is not None  # the claims resolved, so there are DRA objects
+    return (GroupDevices(snapshot, state, claims, variant) for variant in claims.variants())
+
+
 def _place_variant(
     snapshot: Snapshot,
     group: GroupRequest,
     blocked: BoolArray | None,
     devices: GroupDevices,
-    allocated_now: dict[ClaimKey, AllocationResult],
+    allocated_now: dict[Key, AllocationResult],
 ) -> tuple[Outcome, str]:
     """The group with one firstAvailable variant: the outcome, and a short reason if unplaced."""
     state = devices.state
     missing = _missing_class(devices, group)
     if missing is not None:
-        return Outcome(unplaced(group, missing), None), missing
+        text = (
+            f"claim {missing.claim}, request {missing.request}: device class {missing.device_class} not found"
+        )
+        return Outcome(unplaced(group, text), None), text
     cap = GroupCapacity(snapshot, group, blocked, devices)
     for _ in range(MAX_ROUNDS):
         failure = _selector_failure(cap, devices)
         if failure is not None:
             _release_shared(devices)
-            return Outcome(unplaced(group, failure), cap), failure
+            text = failure.text()
+            return Outcome(unplaced(group, text), cap), text
         placer = Placer(cap)
         attempt = placer.place()
         if attempt is None or attempt.placed < max(cap.need, 1):
@@ -276,25 +296,25 @@ def _place_variant(
     return Outcome(unplaced(group, message), cap), message
 
 
-def _missing_class(devices: GroupDevices, group: GroupRequest) -> str | None:
+def _missing_class(devices: GroupDevices, group: GroupRequest) -> Need | None:
+    """The first request of the group's claims whose device class does not exist."""
     for pod in group.pending:
         key = devices.key(pod)
         if isinstance(key, DeviceKey):
             for need in key.demand.needs:
                 if need.device_class not in devices.state.classes:
-                    where = f"claim {need.claim}, request {need.request}"
-                    return f"{where}: device class {need.device_class} not found"
+                    return need
     return None
 
 
-def _selector_failure(cap: GroupCapacity, devices: GroupDevices) -> str | None:
+def _selector_failure(cap: GroupCapacity, devices: GroupDevices) -> SelectorFailure | None:
     """A selector that fails on a device the allocator could reach makes the group fail, as
     upstream (never a match, never silently skipped)."""
     for cls in cap.classes:
         if isinstance(cls.device_key, DeviceKey):
             failures = devices.state.failures(cls.device_key.demand, cls.mask)
             if failures:
-                return failures[0].text()
+                return failures[0]
     return None
 
 
@@ -328,7 +348,7 @@ def _allocate_shared(devices: GroupDevices, assignment: list[tuple[Pod, int, int
 
 def _allocate_own(
     devices: GroupDevices, cap: GroupCapacity, assignment: list[tuple[Pod, int, int]]
-) -> dict[tuple[str, str], dict[ClaimKey, AllocationResult]] | None:
+) -> dict[Key, dict[Key, AllocationResult]] | None:
     """Exact devices for every placed pod's own claims, node by node; None (and the counts
     corrected) when some node serves fewer pods than counted.
 
@@ -336,7 +356,7 @@ def _allocate_own(
     (pod 1 takes the A100 so that pod 2 can have the only H100). When that fails, pods are
     allocated one by one to learn how many of each kind the node really serves."""
     claims, state = devices.claims, devices.state
-    done: dict[tuple[str, str], dict[ClaimKey, AllocationResult]] = {}
+    done: dict[Key, dict[Key, AllocationResult]] = {}
     taken: list[AllocationResult] = []
     by_node: dict[int, list[tuple[Pod, DeviceKey, list[ClaimUse]]]] = defaultdict(list)
     for pod, node, k in sorted(assignment, key=lambda row: (row[1], row[2], row[0].name)):
@@ -359,7 +379,7 @@ def _allocate_own(
         # search ran out of steps, or a pod-by-pod order happened to work), that is the answer.
         served: Counter[DeviceKey] = Counter()
         failed: set[DeviceKey] = set()
-        singles: dict[tuple[str, str], dict[ClaimKey, AllocationResult]] = {}
+        singles: dict[Key, dict[Key, AllocationResult]] = {}
         for pod, key, own in members:
             if key in failed:
                 continue

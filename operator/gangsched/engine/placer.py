@@ -20,7 +20,7 @@ import numpy.typing as npt
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.fill import Attempt, fill
 from gangsched.engine.snapshot import IntArray
-from gangsched.model import Pod
+from gangsched.model import Key, Pod
 
 # How many candidate domains are fully evaluated per level (after vectorised ranking).
 CANDIDATES_PER_LEVEL = 8
@@ -75,12 +75,12 @@ class Placer:
                 return []
         ids = ids_all[nodes_all]
         size = int(ids_all.max()) + 1
-        bound, raw = cap.domain_capacity(ids, nodes_all, size)
+        upper, raw = cap.domain_capacity(ids, nodes_all, size)
         present = np.flatnonzero(np.bincount(ids, minlength=size))
-        viable = present[bound[present] >= max(cap.need, 1)]
+        viable = present[upper[present] >= max(cap.need, 1)]
         if viable.size == 0:
             return []
-        fits_all = bound[viable] >= cap.total
+        fits_all = upper[viable] >= cap.total
         fewest = np.zeros(size, dtype=np.int64)
         breaks = np.zeros(size, dtype=bool)
         if cap.preferred_depths:
@@ -90,16 +90,16 @@ class Placer:
             ok = child_ids >= 0
             csize = int(child_ids_all.max()) + 1 if child_ids_all.size else 0
             # In main-class pods, as the descent counts them (see _order).
-            _, child_bound = cap.domain_capacity(child_ids[ok], nodes_all[ok], csize)
+            _, child_upper = cap.domain_capacity(child_ids[ok], nodes_all[ok], csize)
             parents = np.full(csize, -1, dtype=np.int64)
             parents[child_ids[ok]] = ids[ok]
-            fewest = fewest_children(parents, child_bound, cap.main_units(cap.total), size)
+            fewest = fewest_children(parents, child_upper, cap.main_units(cap.total), size)
             # Would that many children have to include an entirely free one? Then a domain
             # whose partly used children hold the group just as well keeps its free ones whole
             # for bigger gangs (Slurm's block rule, Kueue's BestFit, FGD).
             empty = self._entirely_free(child_ids_all, csize)
             if empty.any():
-                partial = np.where(empty, 0, child_bound)
+                partial = np.where(empty, 0, child_upper)
                 breaks = fewest_children(parents, partial, cap.main_units(cap.total), size) > fewest
         self.fewest = fewest
         # Rank: whole group fits, fewest Preferred children needed, no entirely free child
@@ -128,7 +128,7 @@ class Placer:
         target: int,
         uniq: IntArray,
         inverse: IntArray,
-        bound: IntArray,
+        upper: IntArray,
         fitting: IntArray,
         home: npt.NDArray[np.bool_],
     ) -> Attempt | None:
@@ -142,8 +142,8 @@ class Placer:
         child_free = np.where(uniq >= 0, free_codes[np.maximum(uniq, 0)], False)
         if not child_free[fitting].all():
             return None
-        partial = np.flatnonzero(~child_free & (uniq >= 0) & (bound > 0))
-        if partial.size < 2 or np.sort(bound[partial])[-2:].sum() < target:
+        partial = np.flatnonzero(~child_free & (uniq >= 0) & (upper > 0))
+        if partial.size < 2 or np.sort(upper[partial])[-2:].sum() < target:
             return None
         keep = nodes[np.isin(inverse, partial)]
         order = self.order(keep, pref_index, self.cap.main_units(target))
@@ -160,14 +160,14 @@ class Placer:
             ids_all, _ = self.snap.domains(cap.levels[: depth + 1])
             ids = ids_all[nodes]
             uniq, inverse = np.unique(ids, return_inverse=True)
-            bound, raw = cap.domain_capacity(inverse, nodes, uniq.size)
-            fitting = np.flatnonzero((bound >= target) & (uniq >= 0))
+            upper, raw = cap.domain_capacity(inverse, nodes, uniq.size)
+            fitting = np.flatnonzero((upper >= target) & (uniq >= 0))
             if fitting.size:
                 # The domain of already-bound members first (a repaired gang stays together),
                 # then the tightest: big domains stay whole for big gangs.
                 home = cap.holds_members(uniq[fitting], ids_all)
                 spared = self._spare_free_children(
-                    nodes, pref_index, target, uniq, inverse, bound, fitting, home
+                    nodes, pref_index, target, uniq, inverse, upper, fitting, home
                 )
                 if spared is not None:
                     return spared
@@ -257,7 +257,7 @@ class Placer:
                     out.append((next(pods), node, k))
         return out
 
-    def commit(self, attempt: Attempt) -> dict[tuple[str, str], str]:
+    def commit(self, attempt: Attempt) -> dict[Key, str]:
         """Pod key -> node name; the snapshot counts the placed pods as used from now on."""
         assignments = {pod.key: self.snap.nodes[node].name for pod, node, _ in self.assign(attempt)}
         width = self.cap.width
@@ -296,36 +296,36 @@ def _better(a: Attempt, b: Attempt) -> bool:
     return a.spread < b.spread
 
 
-def largest_then_best_fit(ranked: IntArray, bound: IntArray, raw: IntArray, target: int) -> list[int]:
+def largest_then_best_fit(ranked: IntArray, upper: IntArray, raw: IntArray, target: int) -> list[int]:
     """Take the largest domains while none alone covers what is left, then the tightest that does.
 
     `ranked` orders the domains largest first. Vectorised: this runs over thousands of nodes.
     """
-    ranked = ranked[bound[ranked] > 0]
+    ranked = ranked[upper[ranked] > 0]
     if ranked.size == 0 or target <= 0:
         return []
-    sizes = bound[ranked]
+    sizes = upper[ranked]
     left_before = target - np.concatenate(([0], np.cumsum(sizes)[:-1]))
     covers = sizes >= left_before
     if not covers.any():
         return [int(i) for i in ranked]
     j = int(np.argmax(covers))
     tail = ranked[j:]
-    able = tail[bound[tail] >= left_before[j]]
+    able = tail[upper[tail] >= left_before[j]]
     last = able[np.lexsort((able, raw[able]))[0]]
     return [int(i) for i in ranked[:j]] + [int(last)]
 
 
-def fewest_children(parents: IntArray, child_bound: IntArray, total: int, size: int) -> IntArray:
+def fewest_children(parents: IntArray, child_upper: IntArray, total: int, size: int) -> IntArray:
     """Per parent domain: the fewest children whose capacities add up to `total` (a big number
     when all of them together fall short). Vectorised: a segmented sort and cumulative sum."""
     valid = np.flatnonzero(parents >= 0)
     out = np.full(size, 1 << 30, dtype=np.int64)
     if valid.size == 0:
         return out
-    order = valid[np.lexsort((-child_bound[valid], parents[valid]))]
+    order = valid[np.lexsort((-child_upper[valid], parents[valid]))]
     par = parents[order]
-    cap = child_bound[order]
+    cap = child_upper[order]
     cum = np.cumsum(cap)
     starts = np.flatnonzero(np.concatenate(([True], par[1:] != par[:-1])))
     seg_base = np.repeat(cum[starts] - cap[starts], np.diff(np.append(starts, par.size)))

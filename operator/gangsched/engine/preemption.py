@@ -26,20 +26,18 @@ Rules (kube-scheduler's KEP-5710 where it fits, better where it falls short):
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from gangsched.engine.dra.allocator import AllocationResult
-from gangsched.engine.dra.claims import ClaimKey
 from gangsched.engine.dra.inventory import DeviceState
 from gangsched.engine.dra.pools import DeviceId
 from gangsched.engine.group import place_group
 from gangsched.engine.snapshot import BoolArray, Snapshot
-from gangsched.engine.types import GroupDecision, GroupRequest, Preemption, Unit
-from gangsched.model import Pod, PodGroup
+from gangsched.engine.types import GroupDecision, GroupRequest, Preemption, Unit, WaitForTerminating
+from gangsched.model import Key, Pod, PodGroup
 from gangsched.model.pdb import DisruptionBudget
 from gangsched.model.pod import PREEMPT_NEVER
 from gangsched.model.podgroup import DisruptionMode
@@ -50,8 +48,6 @@ SYSTEM_CRITICAL = 2_000_000_000
 MAX_DOMAINS = 16
 # Units tried for a reprieve per domain, most important first; the rest stay victims.
 MAX_REPRIEVES = 256
-
-Key = tuple[str, str]
 
 
 def _started(pods: Sequence[Pod]) -> str:
@@ -98,8 +94,8 @@ class _World:
         self,
         snapshot: Snapshot,
         devices: DeviceState | None,
-        allocated_now: Mapping[ClaimKey, AllocationResult],
-        claim_users: Mapping[ClaimKey, frozenset[Key]],
+        allocated_now: Mapping[Key, AllocationResult],
+        claim_users: Mapping[Key, frozenset[Key]],
         terminating: Sequence[Pod],
     ) -> None:
         self.snapshot = snapshot
@@ -108,7 +104,7 @@ class _World:
         self.allocated_now = allocated_now
         self.claim_users = claim_users
 
-    def freed_claims(self, gone: set[Key]) -> list[ClaimKey]:
+    def freed_claims(self, gone: set[Key]) -> list[Key]:
         return [k for k, users in self.claim_users.items() if users and users <= gone]
 
     def fits(self, group: GroupRequest, pods: Sequence[Pod], outside: BoolArray | None) -> bool:
@@ -118,10 +114,10 @@ class _World:
         """`group` placed on forks of the snapshot and devices without `pods` (and the
         terminating ones)."""
         gone = [*self.terminating, *pods]
-        snap = fork_snapshot(self.snapshot, gone)
+        snap = self.snapshot.fork(gone)
         state = None
         if self.devices is not None:
-            state = fork_devices(self.devices, self.freed_devices({p.key for p in gone}))
+            state = self.devices.fork(self.freed_devices({p.key for p in gone}))
         return place_group(snap, group, outside, state, dict(self.allocated_now)).decision
 
     def freed_devices(self, gone: set[Key]) -> list[DeviceId]:
@@ -144,7 +140,7 @@ def place_without(
     bound: Sequence[Pod],
     blocked: BoolArray | None,
     devices: DeviceState | None,
-    allocated_now: Mapping[ClaimKey, AllocationResult],
+    allocated_now: Mapping[Key, AllocationResult],
 ) -> GroupDecision:
     """Where `group` would go if the bound pods `gone` were gone (their resources free, and
     the devices of claims only they use), on forks: nothing given is changed."""
@@ -152,37 +148,9 @@ def place_without(
     return world.place(group, gone, blocked)
 
 
-def fork_snapshot(snapshot: Snapshot, gone: Sequence[Pod] = ()) -> Snapshot:
-    """`snapshot` with the resources of `gone` (bound pods) free again (a copy: placing a
-    group on it leaves `snapshot` unchanged; the per-node caches are shared)."""
-    snap = copy.copy(snapshot)
-    snap.columns = dict(snapshot.columns)
-    snap.used = snapshot.used.copy()
-    for pod in gone:
-        row = snap.index.get(pod.node_name)
-        if row is not None:
-            request = snap.vector(pod.requests)
-            snap.used[row, : request.shape[0]] -= request
-    return snap
-
-
-def fork_devices(state: DeviceState, freed: Sequence[DeviceId]) -> DeviceState:
-    """`state` with `freed` devices free again (a copy; `state` is unchanged)."""
-    fork = copy.copy(state)
-    fork.free = state.free.copy()
-    fork.in_use = set(state.in_use)
-    fork._counters = None  # recomputed from what is in use now
-    for device in freed:
-        row = state.table.ids.get(device)
-        fork.in_use.discard(device)
-        if row is not None and state.table.usable[row]:
-            fork.free[row] = True
-    return fork
-
-
-def claim_users(bound: Sequence[Pod]) -> dict[ClaimKey, frozenset[Key]]:
+def claim_users(bound: Sequence[Pod]) -> dict[Key, frozenset[Key]]:
     """Which running pods use each claim (a claim is freed when all of them are victims)."""
-    users: dict[ClaimKey, set[Key]] = {}
+    users: dict[Key, set[Key]] = {}
     for pod in bound:
         if not pod.holds_resources:
             continue
@@ -208,7 +176,7 @@ class Running:
 
     terminating: list[Pod]
     units: list[Unit]  # of the pods not terminating
-    claim_users: dict[ClaimKey, frozenset[Key]]
+    claim_users: dict[Key, frozenset[Key]]
     lowest: int  # the lowest unit priority (SYSTEM_CRITICAL when there is none)
 
     @classmethod
@@ -230,13 +198,13 @@ def find_preemption(
     groups: Mapping[Key, PodGroup],
     blocked: BoolArray | None,
     devices: DeviceState | None,
-    allocated_now: Mapping[ClaimKey, AllocationResult],
+    allocated_now: Mapping[Key, AllocationResult],
     required_keys: tuple[str, ...],
     budgets: Sequence[DisruptionBudget] = (),
     running: Running | None = None,
-) -> Preemption | str | None:
-    """The least damaging preemption that makes `group` fit; a reason (str) when it should
-    wait instead (terminating pods will make room); None when preemption cannot help.
+) -> Preemption | WaitForTerminating | None:
+    """The least damaging preemption that makes `group` fit; `WaitForTerminating` when it
+    should wait instead (terminating pods will make room); None when preemption cannot help.
     `running`: `Running.of(bound, groups)`, when the caller keeps it for a whole cycle."""
     if not may_preempt(group):
         return None
@@ -247,7 +215,7 @@ def find_preemption(
         return None  # nothing terminates and nothing runs below it
     world = _World(snapshot, devices, allocated_now, running.claim_users, terminating)
     if terminating and world.fits(group, [], blocked):
-        return f"waiting for {len(terminating)} terminating pod(s) to make room"
+        return WaitForTerminating(len(terminating))
     units = [u for u in running.units if u.priority < group.priority and u.priority < SYSTEM_CRITICAL]
     if not units or not world.fits(group, [p for u in units for p in u.pods], blocked):
         return None  # not even evicting every candidate makes room

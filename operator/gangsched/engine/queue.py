@@ -9,10 +9,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gangsched.engine.types import GroupDecision, GroupRequest
-from gangsched.model import Pod, PodGroup, PodGroupApi, Reason
+from gangsched.model import Key, Pod, PodGroup, PodGroupApi, Reason
 from gangsched.model.text import quoted
-
-Key = tuple[str, str]
 
 
 def order_key(group: GroupRequest) -> tuple[int, str, str, str]:

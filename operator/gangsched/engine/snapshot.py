@@ -7,6 +7,7 @@ node) is answered with vector operations over these arrays, and cached per cycle
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -102,6 +103,20 @@ class Snapshot:
 
     def add_usage(self, node: int, request: IntArray) -> None:
         self.used[node, : request.shape[0]] += request
+
+    def fork(self, gone: Sequence[Pod] = ()) -> Snapshot:
+        """A copy to place groups on, leaving this one as it is, with the resources of `gone`
+        (bound pods) free again. The per-node caches (labels, domains, eligibility) are
+        shared: usage is all that differs, and the fork's own columns and usage are copies."""
+        fork = copy.copy(self)
+        fork.columns = dict(self.columns)
+        fork.used = self.used.copy()
+        for pod in gone:
+            row = fork.index.get(pod.node_name)
+            if row is not None:
+                request = fork.vector(pod.requests)
+                fork.used[row, : request.shape[0]] -= request
+        return fork
 
     def resource_name(self, column: int) -> str:
         for name, col in self.columns.items():
@@ -215,14 +230,14 @@ class Snapshot:
             inside = np.isin(codes, wanted) if wanted else np.zeros(len(codes), dtype=bool)
             return inside if req.operator == "In" else ~inside
         # Gt / Lt compare the label value as an integer; a non-integer value never matches.
-        bound = int(req.values[0])
+        threshold = int(req.values[0])
         out = np.zeros(len(codes), dtype=bool)
         for value, code in values.items():
             try:
                 number = int(value)
             except ValueError:
                 continue
-            if (number > bound) if req.operator == "Gt" else (number < bound):
+            if (number > threshold) if req.operator == "Gt" else (number < threshold):
                 out |= codes == code
         return out
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gangsched.engine.dra.allocator import AllocationResult
-from gangsched.model import Pod, Reason, TopologyConstraint
-
-Key = tuple[str, str]
+from gangsched.model import Key, Pod, Reason, TopologyConstraint
 
 
 @dataclass(slots=True)
@@ -20,6 +18,7 @@ class GroupRequest:
     is_gang: bool
     topology: tuple[TopologyConstraint, ...]
     pending: list[Pod]
+    # Members already bound to a node: they count towards min_count and pin the domain.
     bound: list[Pod] = field(default_factory=list)
     priority: int = 0
     created: str = ""
@@ -29,7 +28,7 @@ class GroupRequest:
     is_pod_group: bool = True
 
     @property
-    def key(self) -> tuple[str, str]:
+    def key(self) -> Key:
         return (self.namespace, self.name)
 
 
@@ -38,7 +37,7 @@ class Reservation:
     """Nodes held back for a group that waited too long (`engine.reservation`): only groups
     ahead of `owner` in queue order may use them. The loop keeps it across cycles."""
 
-    owner: tuple[str, str]
+    owner: Key
     priority: int
     # The owner's place in the queue (see `queue.order_key`).
     order: tuple[int, str, str, str]
@@ -98,6 +97,17 @@ class Preemption:
         return f"preempting {' '.join(parts)} (priority <= {top}){where}"
 
 
+@dataclass(frozen=True, slots=True)
+class WaitForTerminating:
+    """Instead of a preemption: pods already terminating will make room (waiting beats
+    preempting, `engine.preemption`)."""
+
+    pods: int  # terminating pods
+
+    def describe(self) -> str:
+        return f"waiting for {self.pods} terminating pod(s) to make room"
+
+
 @dataclass(slots=True)
 class GroupDecision:
     namespace: str
@@ -106,7 +116,7 @@ class GroupDecision:
     reason: Reason
     message: str
     # pod key -> node name, for the pods placed in this cycle
-    assignments: dict[tuple[str, str], str] = field(default_factory=dict)
+    assignments: dict[Key, str] = field(default_factory=dict)
     # The domain the group landed in, as "key=value/key=value"; None when unplaced or unconstrained.
     domain: str | None = None
     # False for a gangsched pod without a PodGroup label (a group of one).
@@ -114,9 +124,9 @@ class GroupDecision:
     # Pending pods of this group this cycle (placed or not).
     pending: list[Pod] = field(default_factory=list)
     # Claims this decision allocates (namespace, name) -> allocation; written before binding.
-    allocations: dict[tuple[str, str], AllocationResult] = field(default_factory=dict)
+    allocations: dict[Key, AllocationResult] = field(default_factory=dict)
     # Per placed pod with claims: its devices, from new and earlier allocations alike.
-    devices: dict[tuple[str, str], list[PodDevice]] = field(default_factory=dict)
+    devices: dict[Key, list[PodDevice]] = field(default_factory=dict)
     # Unplaced, but running lower-priority units can make room: the loop evicts them.
     preemption: Preemption | None = None
     # With `preemption`: the domain held for this group while its victims go, at its place
@@ -124,7 +134,7 @@ class GroupDecision:
     nomination: Reservation | None = None
 
     @property
-    def key(self) -> tuple[str, str]:
+    def key(self) -> Key:
         return (self.namespace, self.name)
 
 

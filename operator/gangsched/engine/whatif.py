@@ -32,23 +32,18 @@ from typing import Any
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.cycle import schedule_cycle
 from gangsched.engine.dra.allocator import AllocationResult
-from gangsched.engine.dra.claims import ClaimKey, resolve
+from gangsched.engine.dra.claims import WaitingForClaims
 from gangsched.engine.dra.inventory import DeviceState, DraObjects
 from gangsched.engine.explain import DomainFit, NodeReasons, domain_fits, node_reasons
-from gangsched.engine.group import GroupDevices, place_group
+from gangsched.engine.group import GroupDevices, device_variants, place_group
 from gangsched.engine.placer import Placer
-from gangsched.engine.preemption import (
-    SYSTEM_CRITICAL,
-    find_preemption,
-    fork_devices,
-    fork_snapshot,
-    place_without,
-)
+from gangsched.engine.preemption import SYSTEM_CRITICAL, find_preemption, place_without
 from gangsched.engine.queue import belongs, gate_group
 from gangsched.engine.snapshot import BoolArray, Snapshot
 from gangsched.engine.types import GroupDecision, GroupRequest, Preemption, Unit
 from gangsched.model import (
     DEFAULT_SCHEDULER_NAME,
+    Key,
     Node,
     Pod,
     PodGroup,
@@ -60,8 +55,6 @@ from gangsched.model import (
 )
 from gangsched.model.pdb import DisruptionBudget
 from gangsched.model.pod import PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER
-
-Key = tuple[str, str]
 
 # Kinds of `Change`, least intrusive first (the order `analyse` lists them in).
 WAIT_FOR_TERMINATING = "waitForTerminating"
@@ -124,7 +117,7 @@ class _Turn:
     snapshot: Snapshot
     blocked: BoolArray | None
     devices: DeviceState | None
-    allocated_now: dict[ClaimKey, AllocationResult]
+    allocated_now: dict[Key, AllocationResult]
 
 
 def analyse(
@@ -146,15 +139,15 @@ def analyse(
         snapshot: Snapshot,
         blocked: BoolArray | None,
         devices: DeviceState | None,
-        allocated_now: Mapping[ClaimKey, AllocationResult],
+        allocated_now: Mapping[Key, AllocationResult],
     ) -> None:
         if request.key == target and request.is_pod_group:
             turns.append(
                 _Turn(
                     request,
-                    fork_snapshot(snapshot),
+                    snapshot.fork(),
                     None if blocked is None else blocked.copy(),
-                    None if devices is None else fork_devices(devices, []),
+                    None if devices is None else devices.fork(),
                     dict(allocated_now),
                 )
             )
@@ -199,23 +192,20 @@ def analyse(
 
 def _capacity(turn: _Turn) -> GroupCapacity:
     """The group's capacity at its turn, with its devices (first firstAvailable variant) when
-    its pods have claims, as `place_group` measures it."""
-    request, snapshot, state = turn.request, turn.snapshot, turn.devices
-    if state is not None and any(p.claims for p in request.pending):
-        claims = resolve(request.pending, state.objects.claims, turn.allocated_now)
-        if not isinstance(claims, str):
-            variant = next(claims.variants(), {})
-            devices = GroupDevices(snapshot, state, claims, variant)
-            return GroupCapacity(snapshot, request, turn.blocked, devices)
-    return GroupCapacity(snapshot, request, turn.blocked)
+    its pods have claims: `place_group`'s own claim setup (`group.device_variants`)."""
+    request = turn.request
+    devices: GroupDevices | None = None
+    if any(p.claims for p in request.pending):
+        variants = device_variants(turn.snapshot, request, turn.devices, turn.allocated_now)
+        if not isinstance(variants, WaitingForClaims):
+            devices = next(variants, None)
+    return GroupCapacity(turn.snapshot, request, turn.blocked, devices)
 
 
 def _try(turn: _Turn, request: GroupRequest) -> GroupDecision | None:
     """`request` placed on fresh forks of the turn's state: its decision if it fits, else None."""
-    state = None if turn.devices is None else fork_devices(turn.devices, [])
-    outcome = place_group(
-        fork_snapshot(turn.snapshot), request, turn.blocked, state, dict(turn.allocated_now)
-    )
+    state = None if turn.devices is None else turn.devices.fork()
+    outcome = place_group(turn.snapshot.fork(), request, turn.blocked, state, dict(turn.allocated_now))
     return outcome.decision if outcome.decision.scheduled else None
 
 
@@ -364,19 +354,19 @@ def _min_count(turn: _Turn, cap: GroupCapacity) -> list[Change]:
     request = turn.request
     if not request.is_gang or cap.need <= 1:
         return []
-    bound = request.min_count - cap.need  # members already bound count towards minCount
+    already_bound = request.min_count - cap.need  # members already bound count towards minCount
     low, high = 0, cap.need - 1
     found: GroupDecision | None = None
     while low < high:  # the largest k in [1, need-1] that fits (fits is monotone in k)
         k = (low + high + 1) // 2
-        decision = _try(turn, dataclasses.replace(request, min_count=bound + k))
+        decision = _try(turn, dataclasses.replace(request, min_count=already_bound + k))
         if decision is not None:
             low, found = k, decision
         else:
             high = k - 1
     if found is None:
         return []
-    new = bound + low
+    new = already_bound + low
     return [
         Change(
             MIN_COUNT,

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, Key, LiveReader
-from gangsched.engine import CycleResult, Reservation, schedule_cycle
+from gangsched.engine import CycleResult, DeviceCaches, Reservation, schedule_cycle
 from gangsched.engine.queue import Queue, build_queue
 from gangsched.loop.claims import ClaimStep
 from gangsched.loop.config import SchedulerConfig
@@ -103,6 +103,8 @@ class Scheduler:
         )
         # Anti-starvation reservations, held across cycles (the engine makes and releases them).
         self.reservations: dict[Key, Reservation] = {}
+        # The engine's device table and selector answers, kept across cycles (ours alone).
+        self.device_caches = DeviceCaches()
         self.heartbeat = clock()
         self.cycles = 0
         # perf_counter() when `run` started (the caches listed), until the first decision.
@@ -198,6 +200,7 @@ class Scheduler:
                 dra=self.cache.devices.objects(now),
                 nominations=self.preemptions.active(),
                 budgets=list(self.cache.budgets.values()),
+                device_caches=self.device_caches,
             )
             self.metrics.engine_seconds.observe(time.perf_counter() - started)
             if self._started is not None and result.decisions:

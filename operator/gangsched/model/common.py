@@ -30,7 +30,8 @@ LIVE_PODS_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 
 NAMESPACE_DEFAULT = "default"
 
-# An object's (namespace, name); namespace "" for cluster-scoped kinds.
+# An object's (namespace, name): a pod, a PodGroup, a ResourceClaim; namespace "" for a
+# cluster-scoped kind. The one name for it, in the engine, the cache and the loop alike.
 Key = tuple[str, str]
 
 # Kubernetes' own PodGroup (KEP-4671/5832, alpha in 1.36): pods join it through

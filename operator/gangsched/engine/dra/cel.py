@@ -7,7 +7,7 @@ compilation, and it matched the real Kubernetes code on 201 of 216 cases (common
 language 157, cel-python 140), at 3-6 µs per evaluation. The Kubernetes libraries are in
 `celfunctions`, the source rewrites that work around 0.1.3's gaps in `celrewrite`.
 
-    cel_env = DraCel()                               # one per process
+    cel_env = DraCel()                               # one per owner (a `SelectorEvaluator`)
     sel  = cel_env.compile(expr)                     # LRU-cached; raises CelCompileError
     data = cel_env.device_data(device)               # plain dicts: cache per (slice, resourceVersion, device)
     dev  = cel_env.device_input(data)                # per scheduling cycle, on the evaluating thread
@@ -320,19 +320,6 @@ def device_json(driver: str, device: Device) -> dict[str, Any]:
     }
 
 
-# One engine per process: compiled selectors are immutable and shared (the LRU is locked).
-_ENGINE: DraCel | None = None
-_ENGINE_LOCK = threading.Lock()
-
-
-def engine() -> DraCel:
-    global _ENGINE
-    with _ENGINE_LOCK:
-        if _ENGINE is None:
-            _ENGINE = DraCel()
-        return _ENGINE
-
-
 class SelectorEvaluator:
     """Matches devices against selectors, remembering every answer per (expression, device).
 
@@ -342,9 +329,12 @@ class SelectorEvaluator:
     Answers (and runtime errors) are kept across scheduling cycles, bounded by `max_results`;
     the CEL inputs (`DeviceInput`) belong to the thread that built them and are dropped with
     `new_cycle()`, which the engine calls at the start of each cycle on its worker thread.
+    Selectors are compiled by `cel` (its own `DraCel` unless given one): nothing is shared with
+    another evaluator (`inventory.DeviceCaches` holds the engine's).
     """
 
-    def __init__(self, max_results: int = 1_000_000) -> None:
+    def __init__(self, max_results: int = 1_000_000, cel: DraCel | None = None) -> None:
+        self.cel = cel if cel is not None else DraCel()
         self._results: dict[tuple[str, int], tuple[Device, bool | CelRuntimeError | CelCompileError]] = {}
         self._inputs: dict[int, tuple[Device, DeviceInput]] = {}
         self._max_results = max_results
@@ -370,7 +360,7 @@ class SelectorEvaluator:
     def _evaluate(
         self, expression: str, driver: str, device: Device
     ) -> bool | CelRuntimeError | CelCompileError:
-        cel_engine = engine()
+        cel_engine = self.cel
         try:
             selector = cel_engine.compile(expression)
         except CelCompileError as exc:

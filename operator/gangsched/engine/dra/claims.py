@@ -24,14 +24,13 @@ from dataclasses import dataclass, field
 
 from gangsched.engine.dra.allocator import AllocationResult, ClaimToAllocate
 from gangsched.engine.dra.inventory import Alignment, Demand, Need
-from gangsched.model import Pod, SelectorTerm
+from gangsched.model import Key, Pod, SelectorTerm
 from gangsched.model.dra import ClaimSpec, DeviceRequest, ResourceClaim
 from gangsched.model.pod import node_selector_terms
 
 # At most this many combinations of firstAvailable alternatives are tried per group.
 MAX_VARIANTS = 16
 
-ClaimKey = tuple[str, str]
 # (request name, its alternatives' names): one firstAvailable choice, shared by identical claims
 Choice = tuple[str, tuple[str, ...]]
 
@@ -41,18 +40,19 @@ class ClaimUse:
     """One entry of a pod's spec.resourceClaims, resolved."""
 
     pod_claim: str  # the entry's name in the pod
-    key: ClaimKey
+    key: Key
 
 
 @dataclass(slots=True)
-class GroupClaims:
-    """The claims of one group's pending pods, resolved."""
+class ResolvedClaims:
+    """The claims of one group's pending pods, resolved (not `loop.groupclaims.GroupClaims`,
+    the claims of a PodGroup's own spec.resourceClaims)."""
 
-    uses: dict[tuple[str, str], tuple[ClaimUse, ...]]  # pod key -> its claims
-    claims: dict[ClaimKey, ResourceClaim]
+    uses: dict[Key, tuple[ClaimUse, ...]]  # pod key -> its claims
+    claims: dict[Key, ResourceClaim]
     # Allocations that already exist (or were made earlier this cycle): only limit nodes.
-    allocated: dict[ClaimKey, tuple[SelectorTerm, ...] | None]
-    shared: dict[ClaimKey, list[tuple[str, str]]]  # unallocated claim -> its pending users
+    allocated: dict[Key, tuple[SelectorTerm, ...] | None]
+    shared: dict[Key, list[Key]]  # unallocated claim -> its pending users
     choices: list[Choice] = field(default_factory=list)
     _specs: dict[
         tuple[int, tuple[tuple[Choice, int], ...]], tuple[ClaimSpec, list[Need], list[Alignment]]
@@ -69,7 +69,7 @@ class GroupClaims:
             u for u in self.uses.get(pod.key, ()) if u.key not in self.allocated and u.key not in self.shared
         ]
 
-    def to_allocate(self, key: ClaimKey, variant: Mapping[Choice, int]) -> ClaimToAllocate:
+    def to_allocate(self, key: Key, variant: Mapping[Choice, int]) -> ClaimToAllocate:
         claim = self.claims[key]
         return ClaimToAllocate(claim.namespace, claim.name, reduce(claim.spec, variant))
 
@@ -157,37 +157,46 @@ def _alignments(spec: ClaimSpec, offset: int) -> list[Alignment]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class WaitingForClaims:
+    """Why a group cannot be placed yet: a pod's claim does not exist or is being deleted."""
+
+    message: str  # as the PodGroup's status says it
+
+
 def resolve(
     pods: Sequence[Pod],
-    claims: Mapping[ClaimKey, ResourceClaim],
-    allocated_now: Mapping[ClaimKey, AllocationResult],
-) -> GroupClaims | str:
+    claims: Mapping[Key, ResourceClaim],
+    allocated_now: Mapping[Key, AllocationResult],
+) -> ResolvedClaims | WaitingForClaims:
     """The group's claims, or why it must wait (a claim missing or being deleted)."""
-    uses: dict[tuple[str, str], tuple[ClaimUse, ...]] = {}
-    found: dict[ClaimKey, ResourceClaim] = {}
-    users: dict[ClaimKey, list[tuple[str, str]]] = {}
+    uses: dict[Key, tuple[ClaimUse, ...]] = {}
+    found: dict[Key, ResourceClaim] = {}
+    users: dict[Key, list[Key]] = {}
     for pod in pods:
         resolved = []
         for entry in pod.claims:
             name = entry.claim_name or pod.claim_statuses.get(entry.name)
             if not name:
-                return (
+                return WaitingForClaims(
                     f"pod {pod.name}: waiting for the ResourceClaim of template {entry.template_name} "
                     f"(claim {entry.name}) to be created"
                 )
             key = (pod.namespace, name)
             claim = claims.get(key)
             if claim is None:
-                return (
+                return WaitingForClaims(
                     f"pod {pod.name}: waiting for ResourceClaim {pod.namespace}/{name} (claim {entry.name})"
                 )
             if claim.deleting:
-                return f"pod {pod.name}: ResourceClaim {pod.namespace}/{name} is being deleted"
+                return WaitingForClaims(
+                    f"pod {pod.name}: ResourceClaim {pod.namespace}/{name} is being deleted"
+                )
             found[key] = claim
             resolved.append(ClaimUse(entry.name, key))
             users.setdefault(key, []).append(pod.key)
         uses[pod.key] = tuple(resolved)
-    allocated: dict[ClaimKey, tuple[SelectorTerm, ...] | None] = {}
+    allocated: dict[Key, tuple[SelectorTerm, ...] | None] = {}
     for key, claim in found.items():
         if key in allocated_now:
             allocated[key] = selector_terms(allocated_now[key].node_selector)
@@ -203,7 +212,7 @@ def resolve(
                 choice = (request.name, tuple(s.name for s in request.first_available))
                 if choice not in choices:
                     choices.append(choice)
-    return GroupClaims(uses=uses, claims=found, allocated=allocated, shared=shared, choices=choices)
+    return ResolvedClaims(uses=uses, claims=found, allocated=allocated, shared=shared, choices=choices)
 
 
 def selector_terms(selector: Mapping[str, object] | None) -> tuple[SelectorTerm, ...] | None:

@@ -8,17 +8,20 @@ Two views of one truth, so that topology and devices are decided in one pass:
   shapes (N devices of a class, devices aligned on an attribute) and an upper bound otherwise
   (requests that compete for the same devices, partitionable devices sharing counters).
 - **Exact** (`DeviceState.allocate`): the structured allocator (`allocator.NodeAllocator`) on
-  one node, run only on the nodes a placement chose, pod by pod. Where the bound was loose the
-  group is placed again with the exact count (`engine.group`).
+  one node, run only on the nodes a placement chose, pod by pod. Where the upper bound was
+  loose, the group is placed again with the exact count (`engine.group`).
 
 The table is rebuilt only when a ResourceSlice changes; selector results are cached on it (and
 per device in the `SelectorEvaluator`), so a cycle on an unchanged inventory evaluates no CEL.
-Which devices are in use is per cycle: every allocated claim's devices (adminAccess excepted,
-as upstream), plus what this cycle allocates.
+Both live in a `DeviceCaches` the caller owns and passes in (the module keeps no state of its
+own): the operator keeps one across its cycles, a simulation uses its own, and neither resets
+the other's. Which devices are in use is per cycle: every allocated claim's devices
+(adminAccess excepted, as upstream), plus what this cycle allocates.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,9 +36,9 @@ from gangsched.engine.dra.allocator import (
     lookup_attribute,
     taint_blocks,
 )
-from gangsched.engine.dra.cel import CelCompileError, SelectorEvaluator, engine
+from gangsched.engine.dra.cel import CelCompileError, SelectorEvaluator
 from gangsched.engine.dra.pools import DeviceId, Pool, gather_pools, node_matches
-from gangsched.model import Node
+from gangsched.model import Key, Node
 from gangsched.model.dra import (
     Allocation,
     Device,
@@ -64,7 +67,7 @@ class DraObjects:
 
     classes: Mapping[str, DeviceClass] = field(default_factory=dict)
     slices: Sequence[ResourceSlice] = ()
-    claims: Mapping[tuple[str, str], ResourceClaim] = field(default_factory=dict)
+    claims: Mapping[Key, ResourceClaim] = field(default_factory=dict)
     # Devices not to hand out though free (the operator: their binding conditions just failed).
     unavailable: frozenset[DeviceId] = frozenset()
 
@@ -205,7 +208,7 @@ class DeviceTable:
         result = Match(mask=mask, failures={})
         for owner, index, expression in owners:
             try:
-                engine().compile(expression)
+                evaluator.cel.compile(expression)
             except CelCompileError as exc:
                 result.compile_failure = SelectorFailure(owner, index, expression, exc.message, True)
                 self._matches[key] = result
@@ -288,22 +291,34 @@ def _renamed(match: Match, class_name: str, claim: str) -> Match:
     )
 
 
-_TABLES: dict[tuple[int, ...], DeviceTable] = {}
-_EVALUATOR = SelectorEvaluator()
+class DeviceCaches:
+    """What the engine remembers of the devices from one cycle to the next: the table of the
+    current slices (selector matches cached on it) and the selectors' answers per device.
 
+    Owned by the caller and passed in: the operator's scheduler keeps one for its life, so a
+    cycle on an unchanged inventory evaluates no CEL; `simulate` and `explain` get a new one
+    per run. Two callers never share one, so neither evicts or resets the other's. One cycle
+    uses it at a time (each `DeviceState` starts a cycle on it).
+    """
 
-def device_table(slices: Sequence[ResourceSlice]) -> DeviceTable:
-    """The table for these slices, reused while none of them changes (two kept: the operator's
-    current inventory and a simulation's). Slices are known by their parsed objects, which the
-    table keeps alive: an updated slice is a new object, and an id is never reused meanwhile."""
-    key = tuple(id(s) for s in slices)
-    table = _TABLES.get(key)
-    if table is None:
-        if len(_TABLES) >= 2:
-            _TABLES.pop(next(iter(_TABLES)))
-        table = DeviceTable(slices)
-        _TABLES[key] = table
-    return table
+    def __init__(self) -> None:
+        self.evaluator = SelectorEvaluator()
+        self._table: DeviceTable | None = None
+        self._slices: tuple[int, ...] = ()
+
+    def table(self, slices: Sequence[ResourceSlice]) -> DeviceTable:
+        """The table for these slices, reused while none of them changes. Slices are known by
+        their parsed objects, which the table keeps alive: an updated slice is a new object,
+        and an id is never reused meanwhile."""
+        key = tuple(id(s) for s in slices)
+        if self._table is None or key != self._slices:
+            self._table = DeviceTable(slices)
+            self._slices = key
+        return self._table
+
+    def new_cycle(self) -> None:
+        """A cycle starts, maybe on another worker thread (`SelectorEvaluator.new_cycle`)."""
+        self.evaluator.new_cycle()
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,15 +353,20 @@ class Demand:
 
 
 class DeviceState:
-    """Devices on one snapshot for one cycle: free or not, counting and exact allocation."""
+    """Devices on one snapshot for one cycle: free or not, counting and exact allocation.
 
-    def __init__(self, objects: DraObjects, nodes: Sequence[Node], index: Mapping[str, int]) -> None:
+    Building one starts a cycle on `caches` (see `DeviceCaches`); its table and evaluator are
+    the caches', only read and added to."""
+
+    def __init__(
+        self, objects: DraObjects, nodes: Sequence[Node], index: Mapping[str, int], caches: DeviceCaches
+    ) -> None:
         self.objects = objects
         self.classes = objects.classes
         self.nodes = nodes
-        self.table = device_table(objects.slices)
-        self.evaluator = _EVALUATOR
-        self.evaluator.new_cycle()
+        caches.new_cycle()
+        self.table = caches.table(objects.slices)
+        self.evaluator = caches.evaluator
         table = self.table
         # Per device, its node's row in this snapshot (-1: not node-local, or no such node).
         rows = np.array([index.get(name, -1) for name in table.node_name_list] + [-1], dtype=np.int64)
@@ -371,6 +391,20 @@ class DeviceState:
                 self.in_use.add(device_id)
                 self.free[row] = False
         self._counters: dict[tuple[str, str], dict[str, dict[str, int]]] | None = None
+
+    def fork(self, freed: Sequence[DeviceId] = ()) -> DeviceState:
+        """A copy to allocate on, leaving this one as it is, with `freed` devices free again.
+        The table, evaluator and node reach are shared (read only); what is in use is copied."""
+        fork = copy.copy(self)
+        fork.free = self.free.copy()
+        fork.in_use = set(self.in_use)
+        fork._counters = None  # recomputed from what is in use now
+        for device in freed:
+            row = self.table.ids.get(device)
+            fork.in_use.discard(device)
+            if row is not None and self.table.usable[row]:
+                fork.free[row] = True
+        return fork
 
     # ------------------------------------------------------------------ matching
 
