@@ -64,8 +64,13 @@ class Intake:
             listed = {key_of(item) for item in items}
             gone = [k for k, p in self.cache.pods.items() if k not in listed and not p.terminal]
             items = [*items, *await self.live.finished_of(gone)]
-        self.cache.replace(kind, items, resource_version)
-        if KINDS[kind] is not BUDGET:
+        vanished = self.cache.replace(kind, items, resource_version)
+        of = KINDS[kind]
+        if of in POD_GROUP_KINDS.values():
+            # Each group listed (or gone) gets its status looked at, as after its own event.
+            for key in [*(key_of(item) for item in items), *vanished]:
+                self.scheduler.wake(key)
+        elif of is not BUDGET:
             self.scheduler.wake()
 
     def lost(self, kind: str) -> None:
