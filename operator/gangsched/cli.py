@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -389,6 +392,61 @@ def _levels_option(text: str | None) -> tuple[str, ...] | None:
         _fail(str(exc))
 
 
+def until_interrupted(work: Callable[[], None], *, status: int) -> None:
+    """Run `work` to its end, or end the process at once with `status` on Ctrl-C (SIGINT).
+
+    At once, whatever `work` is doing: a request in flight, a write blocked on a full stdout
+    pipe, a CPU the machine hardly gives it. Python's own Ctrl-C is a KeyboardInterrupt raised
+    in the main thread between bytecodes; the way out then is the graceful one (cleanups, then
+    the interpreter's shutdown, which flushes stdout into a pipe nobody may read, and takes
+    seconds of a busy machine's CPU). So `work` runs in a thread that blocks SIGINT, the main
+    thread only waits for it, and the main thread's handler removes the kubeconfig's credential
+    files and leaves by os._exit. The handler is installed even where SIGINT was ignored (a job
+    started in the background by a script), as kubectl's own watches do. Exceptions of `work`
+    (SystemExit included) are raised here. Signals are the main thread's only: called from
+    another thread, `work` just runs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        work()
+        return
+    from gangsched.cluster.read import remove_credential_files
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        remove_credential_files()
+        os._exit(status)
+
+    failure: list[BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # handed to the main thread, which raises it
+            failure.append(exc)
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=run, name="gangsched-cli", daemon=True)
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        if sys.platform == "win32":  # no signal masks; Python hands Ctrl-C to the main thread
+            worker.start()
+        else:
+            # The worker inherits this mask, so the kernel gives SIGINT to the main thread, the
+            # one waiting for it, whose mask is restored once the worker has started.
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                worker.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        while not done.wait(1.0):  # not forever: in case another thread took the signal
+            pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if failure:
+        raise failure[0]
+
+
 def _draw(occupancy: Any, path: Path) -> None:
     from gangsched.plot import PlotError, plot_occupancy
 
@@ -463,7 +521,7 @@ def explain(
     help="Count this resource instead of GPUs (every resource named like a GPU, e.g. nvidia.com/gpu).",
 )
 @_output_option("Output format (with --watch: one JSON document per line).")
-@click.option("--watch", "-w", is_flag=True, help="Refresh until Ctrl-C.")
+@click.option("--watch", "-w", is_flag=True, help="Refresh until Ctrl-C (which stops it at once, exit 0).")
 @click.option(
     "--interval",
     type=click.FloatRange(min=0.1),
@@ -499,7 +557,8 @@ def top(
 
     Gangs with pods not yet bound are listed below, with the reason their PodGroup gives.
     PodGroups of both APIs count; Kubernetes' own (scheduling.k8s.io/v1alpha2) are marked
-    "(native)". Exit 0, or 2 when the cluster cannot be read.
+    "(native)". Exit 0 (also when Ctrl-C ends --watch), 2 when the cluster cannot be read,
+    130 when Ctrl-C interrupts a single look.
     """
     import time
 
@@ -507,9 +566,10 @@ def top(
     from gangsched.cluster.read import ClusterError, read_cluster, serves_native_pod_groups
 
     keys = _levels_option(levels)
-    api = _connect(kubeconfig, context)
     tty = sys.stdout.isatty()
-    try:
+
+    def look() -> None:
+        api = _connect(kubeconfig, context)
         with api:
             try:
                 native = serves_native_pod_groups(api)  # asked once, not on every refresh
@@ -544,8 +604,9 @@ def top(
                 if not watch:
                     return
                 time.sleep(interval)
-    except KeyboardInterrupt:
-        return
+
+    # Ctrl-C is how a watch ends; a single look it interrupts did not finish (130, as shells say).
+    until_interrupted(look, status=0 if watch else 130)
 
 
 def plugin_main() -> None:

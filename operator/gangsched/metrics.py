@@ -107,7 +107,7 @@ class Metrics:
         """Record the unplaced groups of one cycle by reason (every reason seen stays exported)."""
         tally = Tally(reasons)
         for reason in Reason:
-            if reason is not Reason.SCHEDULED:
+            if reason not in (Reason.SCHEDULED, Reason.QUEUED):  # Queued is never decided
                 self.pending_groups.labels(reason=reason.value).set(tally.get(reason, 0))
 
     def render(self) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gangsched.engine.queue import waiting_for_pods
+from gangsched.engine.queue import queued, ready_to_schedule, waiting_for_pods
 from gangsched.model import DEFAULT_SCHEDULER_NAME, Phase, Pod, PodGroup, Reason
 from gangsched.model.text import printable
 
@@ -87,7 +87,11 @@ def condition_of(
         message = verdict.message if verdict.reason == Reason.SCHEDULED and verdict.message else ""
         return "True", Reason.SCHEDULED, message or f"{counts.scheduled}/{counts.pods} pods scheduled"
     if verdict.reason in (None, Reason.WAITING_FOR_PODS):
-        # Recomputed from the members: the verdict's copy may be a pod or two behind.
+        # Recomputed from the members: the verdict's copy may be a pod or two behind, and
+        # with minCount of them ready the group waits for the engine, not for pods.
+        ready = len(ready_to_schedule(members, scheduler_name))
+        if ready >= quorum:
+            return "False", Reason.QUEUED, queued(ready, quorum)
         return "False", Reason.WAITING_FOR_PODS, waiting_for_pods(members, quorum, scheduler_name)
     if verdict.reason == Reason.SCHEDULED:
         return "False", Reason.SCHEDULED, verdict.message
@@ -174,13 +178,14 @@ def native_condition(
     kube-scheduler words it: True/Scheduled once at least minCount members are bound,
     False/Unschedulable with the explanation when an attempt failed (a rollback included),
     False/SchedulerError for a spec gangsched cannot read. None when there is nothing to say
-    yet: waiting for pods or claims (kube-scheduler's PreEnqueue writes nothing), or binding."""
+    yet: waiting for pods or claims (kube-scheduler's PreEnqueue writes nothing), for the next
+    cycle, or binding."""
     status, reason, message = condition_of(group, counts, verdict, members, scheduler_name)
     if status == "True":
         return "True", NATIVE_SCHEDULED, message
     if group.spec is None:
         return "False", NATIVE_SCHEDULER_ERROR, message
-    if reason in (Reason.SCHEDULED, Reason.WAITING_FOR_PODS):
+    if reason in (Reason.SCHEDULED, Reason.WAITING_FOR_PODS, Reason.QUEUED):
         return None
     if verdict.reason is not None and verdict.reason.waits_for_objects:
         return None

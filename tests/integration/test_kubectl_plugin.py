@@ -18,13 +18,18 @@ import yaml
 from kubernetes import client
 from operator_support import Operator, all_bound, create_pod_group, create_pods, wait_until
 
-from gangsched_testing import devcluster, fakenodes
+from gangsched_testing import devcluster, fakenodes, pipes
 from gangsched_testing.builders import BLOCK, GPU, RACK, gang_manifests, pod_group_manifest
 
 pytestmark = pytest.mark.integration
 
 PLUGIN = Path(sys.executable).parent / "kubectl-gangsched"
 REAL = "gangsched-dev"  # the context devcluster writes
+# Not passed on to the plugin: each test says which kubeconfig it uses.
+NOT_INHERITED = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")
+# Seconds the watch may take to exit after Ctrl-C: it exits at once, but a loaded CI machine
+# (a Go build beside) may not schedule it for a while.
+WATCH_EXIT_TIMEOUT = 60.0
 
 
 def two_contexts(cp: devcluster.ControlPlane, path: Path) -> Path:
@@ -42,7 +47,7 @@ def plugin(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Compl
         pytest.fail(
             f"{PLUGIN} is missing: run `pip install -e .` (make setup) to install the console scripts"
         )
-    environ = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    environ = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     return subprocess.run(
         [str(PLUGIN), *args],
         capture_output=True,
@@ -51,6 +56,33 @@ def plugin(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Compl
         env={**environ, **(env or {})},
         check=False,
     )
+
+
+def watch_top(kubeconfig: Path, stdout: int = subprocess.PIPE) -> subprocess.Popen[bytes]:
+    """`kubectl gangsched top --watch -o json` as a user's shell starts it: stdout buffered (no
+    PYTHONUNBUFFERED)."""
+    environ = {k: v for k, v in os.environ.items() if k not in (*NOT_INHERITED, "PYTHONUNBUFFERED")}
+    return subprocess.Popen(
+        [str(PLUGIN), "top", "--watch", "--interval", "0.2", "-o", "json", "--kubeconfig", str(kubeconfig),
+         "--context", REAL],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        env=environ,
+    )  # fmt: skip
+
+
+def interrupt(watch: subprocess.Popen[bytes]) -> str:
+    """Ctrl-C (SIGINT), then how it ended, without reading its stdout: "exit N", or "still
+    running" (then killed) after WATCH_EXIT_TIMEOUT; with its stderr when there is any."""
+    watch.send_signal(signal.SIGINT)
+    try:
+        ended = f"exit {watch.wait(timeout=WATCH_EXIT_TIMEOUT)}"
+    except subprocess.TimeoutExpired:
+        watch.kill()
+        watch.wait()
+        ended = f"still running {WATCH_EXIT_TIMEOUT:.0f} s after Ctrl-C"
+    err = watch.stderr.read().decode(errors="replace") if watch.stderr else ""
+    return f"{ended}: {err}" if err else ended
 
 
 def test_kubectl_gangsched_top_and_explain_with_kubeconfig_and_context(
@@ -103,23 +135,30 @@ def test_kubectl_gangsched_top_and_explain_with_kubeconfig_and_context(
     ]
     assert picture.read_bytes().startswith(b"\x89PNG")
 
-    # --watch refreshes (one JSON document a line with -o json) until Ctrl-C, then exits 0.
-    watch = subprocess.Popen(
-        [str(PLUGIN), "top", "--watch", "--interval", "0.2", "-o", "json", "--kubeconfig", str(kubeconfig),
-         "--context", REAL],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
+    # --watch refreshes (one JSON document a line with -o json) until Ctrl-C, then exits 0 at once.
+    watch = watch_top(kubeconfig)
     try:
         assert watch.stdout is not None
         frames = [json.loads(watch.stdout.readline()) for _ in range(2)]
     finally:
-        watch.send_signal(signal.SIGINT)
-        _, err = watch.communicate(timeout=30)
-    assert watch.returncode == 0, err
+        ended = interrupt(watch)
+    assert ended == "exit 0"
     assert [frame["levels"][-1] for frame in frames] == [RACK, RACK]
     assert frames[0]["used"] == frames[1]["used"]
+
+    # Also while it is blocked writing a frame into a full pipe nobody reads (issue 23.7).
+    pipe = pipes.small_pipe()
+    try:
+        watch = watch_top(kubeconfig, stdout=pipe.writer)
+    finally:
+        os.close(pipe.writer)
+    with pipe.reader:
+        try:
+            line = len(pipe.reader.readline())  # a frame (the cluster does not change meanwhile)
+            pipes.wait_until_full(watch.pid, pipe, line=line)
+        finally:
+            ended = interrupt(watch)
+    assert ended == "exit 0"
 
     # explain through the plugin: exit 0, where the gang went.
     why = plugin("explain", f"{namespace}/train", "--kubeconfig", str(kubeconfig), "--context", REAL)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from gangsched.cluster import ClusterCache, parse_rv
-from gangsched.model import parse_pod
+from gangsched.model import Reason, parse_pod
 from gangsched.status import Counts, Verdict, build_status, phase_of, same_status
 from gangsched_testing.builders import pod_group, pod_group_manifest, pod_manifest
+
+GATED = {"schedulingGates": [{"name": "quota"}]}
 
 
 def pod_body(
@@ -132,3 +134,51 @@ def test_status_object_and_transition_time() -> None:
     status = build_status(invalid, [], Verdict(), previous=None, now="T")
     assert status["phase"] == "Unschedulable"
     assert "boom" in status["conditions"][0]["message"]
+
+
+def _condition(status: dict[str, Any]) -> tuple[str, str, str]:
+    [cond] = status["conditions"]
+    return cond["status"], cond["reason"], cond["message"]
+
+
+def test_a_gang_short_of_pods_waits_for_pods() -> None:
+    """Fewer than minCount pods ready: WaitingForPods, saying how many and why not the others."""
+    g = pod_group("g", 4)
+    pods = [*members(("", "Pending"), ("", "Pending")), parse_pod(pod_manifest("gated", "g", spec=GATED))]
+    for verdict in (Verdict(), Verdict(reason=Reason.WAITING_FOR_PODS, message="stale")):
+        status = build_status(g, pods, verdict, previous=None, now="T")
+        assert status["phase"] == "Pending"
+        assert _condition(status) == (
+            "False",
+            "WaitingForPods",
+            "waiting for pods: 2/4 of minCount ready to schedule: 1 pod has schedulingGates, "
+            "1 more pod to be created",
+        )
+
+
+def test_a_whole_gang_not_decided_yet_waits_for_the_next_cycle_not_for_pods() -> None:
+    """Issue 23.7: all its pods are there (they came after the cycle's snapshot, or the verdict
+    is from when some were missing): not "waiting for pods: 8/8 of minCount ready"."""
+    g = pod_group("g", 8)
+    pods = members(*[("", "Pending")] * 8)
+    for verdict in (Verdict(), Verdict(reason=Reason.WAITING_FOR_PODS, message="waiting for pods: 7/8")):
+        status = build_status(g, pods, verdict, previous=None, now="T")
+        assert status["phase"] == "Pending"
+        assert _condition(status) == (
+            "False",
+            "Queued",
+            "all 8 pods ready to schedule (minCount 8): waiting for the next scheduling cycle",
+        )
+    # More pods than minCount (a gated one does not count).
+    extra = [*members(*[("", "Pending")] * 3), parse_pod(pod_manifest("gated", "g", spec=GATED))]
+    status = build_status(pod_group("g", 2), extra, Verdict(), previous=None, now="T")
+    assert _condition(status) == (
+        "False",
+        "Queued",
+        "3 pods ready to schedule (minCount 2): waiting for the next scheduling cycle",
+    )
+    # Once decided, the engine's word stands: capacity, with what it lacks.
+    refused = Verdict(reason=Reason.UNSCHEDULABLE, message="0/4 nodes eligible for 8 pods")
+    status = build_status(g, pods, refused, previous=None, now="T")
+    assert status["phase"] == "Unschedulable"
+    assert _condition(status) == ("False", "Unschedulable", "0/4 nodes eligible for 8 pods")

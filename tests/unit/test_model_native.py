@@ -353,6 +353,9 @@ def test_native_status_is_not_written_while_waiting_or_binding() -> None:
     assert build_native_status(group, two, Verdict(), previous=None, now="t") is None
     waiting = Verdict(reason=Reason.WAITING_FOR_PODS, message="waiting for pods")
     assert build_native_status(group, two, waiting, previous=None, now="t") is None
+    # All its pods there, not decided yet (Queued): nothing to say either.
+    four = [native_pod(f"g-{i}", "g") for i in range(4)]
+    assert build_native_status(group, four, Verdict(), previous=None, now="t") is None
     claims = Verdict(reason=Reason.WAITING_FOR_RESOURCE_CLAIMS, message="claim missing")
     assert build_native_status(group, two, claims, previous=None, now="t") is None
     binding = Verdict(reason=Reason.SCHEDULED, message="4 pods", binding=True)

@@ -18,6 +18,7 @@ Every failure to connect or read is a `ClusterError` with a one-line message.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -89,6 +90,19 @@ def connect(*, kubeconfig: str | None = None, context: str | None = None) -> cli
     api = client.ApiClient(configuration)
     api.user_agent = f"gangsched-cli/{__version__}"
     return api
+
+
+def remove_credential_files() -> None:
+    """Remove the files the client wrote the kubeconfig's inline certificates and key into
+    (`load_kube_config` keeps them for the connections it opens and removes them at exit from
+    an atexit handler, which a process ending with os._exit never runs). Best effort: a
+    client without that private helper, or a file already gone, is no error."""
+    from kubernetes.config import kube_config
+
+    cleanup = getattr(kube_config, "_cleanup_temp_files", None)
+    if callable(cleanup):
+        with contextlib.suppress(Exception):
+            cleanup()
 
 
 def _failure(api: client.ApiClient, what: str, exc: Exception) -> ClusterError:

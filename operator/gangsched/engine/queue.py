@@ -245,12 +245,20 @@ def gate_group(
             + ", ".join(quoted(n) for n in sorted(scheduler_names)),
         )
     # Gated pods are not ready to be scheduled yet, as in kube-scheduler's PreEnqueue.
-    alive = [p for p in members if not p.terminal and not p.deleting and not p.scheduling_gated]
-    if group.spec.is_gang and len(alive) < group.spec.min_count:
+    if group.spec.is_gang and len(ready_to_schedule(members, scheduler_name)) < group.spec.min_count:
         return unplaced(
             Reason.WAITING_FOR_PODS, waiting_for_pods(members, group.spec.min_count, scheduler_name)
         )
     return None
+
+
+def ready_to_schedule(members: Sequence[Pod], scheduler_name: str) -> list[Pod]:
+    """The members `gate_group` counts towards minCount: ours, alive, not being deleted, not gated."""
+    return [
+        p
+        for p in members
+        if not p.terminal and p.scheduler_name == scheduler_name and not p.deleting and not p.scheduling_gated
+    ]
 
 
 def waiting_for_pods(members: Sequence[Pod], min_count: int, scheduler_name: str) -> str:
@@ -258,7 +266,7 @@ def waiting_for_pods(members: Sequence[Pod], min_count: int, scheduler_name: str
     minCount, then why the others are not (gated, another scheduler, being deleted, missing)."""
     live = [p for p in members if not p.terminal]
     ours = [p for p in live if p.scheduler_name == scheduler_name]
-    ready = [p for p in ours if not p.deleting and not p.scheduling_gated]
+    ready = ready_to_schedule(members, scheduler_name)
     gated = sum(1 for p in ours if p.scheduling_gated and not p.deleting)
     deleting = sum(1 for p in ours if p.deleting)
     others = sorted({p.scheduler_name for p in live if p.scheduler_name != scheduler_name})
@@ -276,6 +284,14 @@ def waiting_for_pods(members: Sequence[Pod], min_count: int, scheduler_name: str
         reasons.append(f"{missing} more {_pods(missing)} to be created")
     head = f"waiting for pods: {len(ready)}/{min_count} of minCount ready to schedule"
     return head + (": " + ", ".join(reasons) if reasons else "")
+
+
+def queued(ready: int, min_count: int) -> str:
+    """What a group with its quorum of pods waits for before the engine has decided it (pods
+    came after the cycle's snapshot, or the cache had not yet seen our last status write): the
+    next scheduling cycle, which places it or says what capacity it lacks."""
+    pods = f"all {ready} {_pods(ready)}" if ready == min_count else f"{ready} {_pods(ready)}"
+    return f"{pods} ready to schedule (minCount {min_count}): waiting for the next scheduling cycle"
 
 
 def _pods(n: int) -> str:

@@ -20,6 +20,9 @@ class Reason(StrEnum):
     WAITING_FOR_RESOURCE_CLAIMS = "WaitingForResourceClaims"
     # A partial gang rolled back after scheduleTimeoutSeconds (written by the loop, not the engine).
     TIMEOUT = "Timeout"
+    # Status only, never a decision: minCount pods are ready and the engine has not decided the
+    # group yet (the next cycle will), so it waits neither for pods nor, yet, for capacity.
+    QUEUED = "Queued"
 
     @property
     def waits_for_objects(self) -> bool:
