@@ -437,10 +437,10 @@ def explain(
         ns, pod_group = why.parse_name(name, namespace)
     except why.BadInputError as exc:
         _fail(str(exc))
-    api = _connect(kubeconfig, context)
+    cluster = _connect(kubeconfig, context)
     try:
-        with api:
-            report = why.explain(api, ns, pod_group, scheduler_name=scheduler_name)
+        with cluster:
+            report = why.explain(cluster, ns, pod_group, scheduler_name=scheduler_name)
     except (why.BadInputError, ClusterError) as exc:
         _fail(str(exc))
     if output == "json":
@@ -507,17 +507,17 @@ def top(
     from gangsched.cluster.read import ClusterError, read_cluster, serves_native_pod_groups
 
     keys = _levels_option(levels)
-    api = _connect(kubeconfig, context)
+    cluster = _connect(kubeconfig, context)
     tty = sys.stdout.isatty()
     try:
-        with api:
+        with cluster:
             try:
-                native = serves_native_pod_groups(api)  # asked once, not on every refresh
+                native = serves_native_pod_groups(cluster)  # asked once, not on every refresh
             except ClusterError as exc:
                 _fail(str(exc))
             while True:
                 try:
-                    cache = read_cluster(api, dra=False, native=native)
+                    cache = read_cluster(cluster, dra=False, native=native)
                 except ClusterError as exc:
                     _fail(str(exc))
                 pods = cache.pods_for_engine()
