@@ -309,15 +309,15 @@ class Cluster:
         self.plane.stop()
 
     def request(self, method: str, path: str, body: Any, content_type: str | None = None) -> Any:
-        from gangsched._rawapi import request_json
+        from gangsched_testing.rawapi import request_json
 
         if content_type is None:
             return request_json(self.api, method, path, body=body)
         return request_json(self.api, method, path, body=body, content_type=content_type)
 
     def populate(self) -> None:
-        from gangsched._rawapi import MERGE_PATCH
         from gangsched_testing import fakenodes
+        from gangsched_testing.rawapi import MERGE_PATCH
 
         args = self.args
         rng = random.Random(args.seed)
@@ -362,7 +362,7 @@ class Cluster:
 
     def patch_pods(self, run: int) -> None:
         """`--pod-events` status patches, each a new state of a bound pod."""
-        from gangsched._rawapi import MERGE_PATCH
+        from gangsched_testing.rawapi import MERGE_PATCH
 
         count = self.args.pod_events
         per_round = len(self.bound)
@@ -380,7 +380,7 @@ class Cluster:
             _pool_map(self.args.threads, patch, range(start, min(start + per_round, count)))
 
     def patch_nodes(self, run: int) -> None:
-        from gangsched._rawapi import MERGE_PATCH
+        from gangsched_testing.rawapi import MERGE_PATCH
 
         for r in range(self.args.node_rounds):
             when = 100 + run * 100 + r

@@ -34,8 +34,8 @@ for _path in (REPO, REPO / "testing"):  # bench.e2e, gangsched_testing
 from bench.e2e.harness import Endpoint, create_all, proc_peak_rss_mib  # noqa: E402
 from bench.e2e.workload import Topology, generate, group_manifest, node_set, pod_manifest  # noqa: E402
 
-from gangsched._rawapi import request_json  # noqa: E402
 from gangsched_testing import devcluster, fakenodes  # noqa: E402
+from gangsched_testing.rawapi import request_json  # noqa: E402
 
 NAMESPACE = "startup"
 OTHER = "others"

@@ -27,12 +27,12 @@ for _path in (REPO, REPO / "testing"):
 
 from bench.e2e.harness import Endpoint, child_pid, create_all, proc_cpu_seconds  # noqa: E402
 
-from gangsched._rawapi import list_items, request_json  # noqa: E402
 from gangsched.binder import Binder, pod_ref  # noqa: E402
 from gangsched.model import EventReason, Pod, parse_pod  # noqa: E402
 from gangsched.transport import Transport  # noqa: E402
 from gangsched_testing import devcluster, fakenodes  # noqa: E402
 from gangsched_testing.builders import pod_manifest  # noqa: E402
+from gangsched_testing.rawapi import list_items, request_json  # noqa: E402
 
 NAMESPACE = "writes"
 

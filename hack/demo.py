@@ -56,10 +56,10 @@ try:
     from kubernetes.client.exceptions import ApiException
 
     from gangsched import occupancy
-    from gangsched._rawapi import request_json
     from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION, Node, Pod, parse_node, parse_pod
     from gangsched_testing import devcluster, dra, fakedra, fakenodes
     from gangsched_testing.builders import gang_manifests, pod_group_manifest
+    from gangsched_testing.rawapi import request_json
 except ImportError as exc:  # pragma: no cover - depends on the environment
     sys.exit(f"hack/demo.py: {exc}; run `make setup` first (it creates .venv with gangsched and its deps)")
 

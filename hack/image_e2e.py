@@ -46,9 +46,9 @@ try:
     import yaml
     from kubernetes import client
 
-    from gangsched._rawapi import request_json
     from gangsched_testing import devcluster, fakenodes, kube
     from gangsched_testing.builders import gang_manifests, pod_group_manifest
+    from gangsched_testing.rawapi import request_json
 except ImportError as exc:  # pragma: no cover - depends on the environment
     sys.exit(f"hack/image_e2e.py: {exc}; run `make setup` first")
 

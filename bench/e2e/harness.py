@@ -70,8 +70,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gangsched._rawapi import request_json
 from gangsched_testing import devcluster, dra, fakedra, fakenodes
+from gangsched_testing.rawapi import request_json
 
 from . import oracle
 from .metrics import CpuSample, PodEvent, Recording, recording_to_json

@@ -31,7 +31,7 @@ BUCKETS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "gangsched/binder.py:",
             "gangsched/transport.py:",
-            "gangsched/_rawapi.py:",
+            "gangsched/session.py:",
             "urllib3/",
             "kubernetes/",
             "tenacity/",

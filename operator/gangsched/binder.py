@@ -18,13 +18,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
-from gangsched._rawapi import MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from gangsched.cluster.devices import claim_path
 from gangsched.model import BOUND_FOR_ANNOTATION, GROUP, PLURAL, VERSION, Pod, PodGroup, PodGroupApi
 from gangsched.model.text import printable
-from gangsched.transport import FencedError, Transport, error_message
+from gangsched.session import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError
+from gangsched.transport import FencedError, Transport
 
 log = logging.getLogger(__name__)
 
@@ -148,13 +146,13 @@ class Binder:
         body = binding_body(pod, node, group_uid=group_uid)
         try:
             await self.transport.call("POST", path, body=body, delay=self.bind_delay_seconds, answer=False)
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status == 409:
-                log.warning("binding %s/%s: conflict: %s", pod.namespace, pod.name, error_message(exc))
-                return BindResult(pod, node, BindOutcome.CONFLICT, error_message(exc))
+                log.warning("binding %s/%s: conflict: %s", pod.namespace, pod.name, exc.message)
+                return BindResult(pod, node, BindOutcome.CONFLICT, exc.message)
             if exc.status == 404:
-                return BindResult(pod, node, BindOutcome.GONE, error_message(exc))
-            return BindResult(pod, node, BindOutcome.FAILED, error_message(exc))
+                return BindResult(pod, node, BindOutcome.GONE, exc.message)
+            return BindResult(pod, node, BindOutcome.FAILED, exc.message)
         except Exception as exc:  # transport errors after the retries
             return BindResult(pod, node, BindOutcome.FAILED, f"{type(exc).__name__}: {exc}")
         return BindResult(pod, node, BindOutcome.BOUND)
@@ -172,12 +170,10 @@ class Binder:
             await self.transport.call(
                 "DELETE", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", body=body
             )
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status in (404, 409):
                 return False
-            log.warning(
-                "could not delete pod %s/%s (%s): %s", pod.namespace, pod.name, reason, error_message(exc)
-            )
+            log.warning("could not delete pod %s/%s (%s): %s", pod.namespace, pod.name, reason, exc.message)
             return False
         return True
 
@@ -214,10 +210,10 @@ class Binder:
         deletion (as kube-scheduler), so its controller and the job know why it ends."""
         try:
             await self._patch_condition(pod, "DisruptionTarget", "True", "PreemptionByScheduler", message)
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status in (404, 409):
                 return False
-            log.warning("could not mark pod %s/%s: %s", pod.namespace, pod.name, error_message(exc))
+            log.warning("could not mark pod %s/%s: %s", pod.namespace, pod.name, exc.message)
         return True
 
     # ------------------------------------------------------------------ status and events
@@ -240,7 +236,7 @@ class Binder:
             result = await self.transport.call(
                 "PATCH", path, body={"status": dict(status)}, content_type=content_type, background=True
             )
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status == 404:
                 return None
             raise
@@ -265,16 +261,16 @@ class Binder:
             )
 
     def _best_effort_failed(self, what: str, exc: BaseException) -> None:
-        """One line per failed best-effort write (an ApiException's str() carries every HTTP
-        header, so only its message); writes refused by the fence, which come in thousands
-        when the Lease goes stale with a backlog queued, one line per 10 s."""
+        """One line per failed best-effort write (an API error's Status message); writes
+        refused by the fence, which come in thousands when the Lease goes stale with a
+        backlog queued, one line per 10 s."""
         if isinstance(exc, FencedError):
             now = time.monotonic()
             if now - self._fenced_logged >= 10.0:
                 self._fenced_logged = now
                 log.warning("%s (and any other best-effort write for 10 s): %s", what, exc)
             return
-        detail = error_message(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
+        detail = exc.message if isinstance(exc, ApiError) else f"{type(exc).__name__}: {exc}"
         log.warning("%s: %s", what, detail)
 
     # ------------------------------------------------------------------ ResourceClaims
@@ -291,7 +287,7 @@ class Binder:
         """One write to a claim (its /status when `status`): a merge patch, with the
         resourceVersion in `patch` as precondition (an Update, as kube-scheduler sends, with
         a 409 when the claim changed), or a strategic merge patch. Returns the claim;
-        raises ApiException (409, 404, 422 ...) for the caller to handle."""
+        raises ApiError (409, 404, 422 ...) for the caller to handle."""
         path = claim_path(namespace, name, "status" if status else "")
         content_type = STRATEGIC_MERGE_PATCH if strategic else MERGE_PATCH
         result: dict[str, Any] = await self.transport.call(
@@ -301,7 +297,7 @@ class Binder:
 
     async def create_claim(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Create a ResourceClaim (a PodGroup's from its template, a pod's for extended
-        resources); returns it; raises ApiException."""
+        resources); returns it; raises ApiError."""
         namespace = body["metadata"]["namespace"]
         created: dict[str, Any] = await self.transport.call(
             "POST", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims", body=dict(body)
@@ -309,13 +305,13 @@ class Binder:
         return created
 
     async def patch_pod_status(self, pod: Pod, status: Mapping[str, Any]) -> None:
-        """Merge-patch a pod's status (its UID as precondition); raises ApiException."""
+        """Merge-patch a pod's status (its UID as precondition); raises ApiError."""
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
         body = {"metadata": {"uid": pod.uid}, "status": dict(status)}
         await self.transport.call("PATCH", path, body=body, content_type=MERGE_PATCH)
 
     async def delete_claim(self, namespace: str, name: str) -> None:
-        """Delete a ResourceClaim; raises ApiException (404 included)."""
+        """Delete a ResourceClaim; raises ApiError (404 included)."""
         await self.transport.call("DELETE", claim_path(namespace, name))
 
 

@@ -495,10 +495,10 @@ def explain(
         ns, pod_group = why.parse_name(name, namespace)
     except why.BadInputError as exc:
         _fail(str(exc))
-    api = _connect(kubeconfig, context)
+    cluster = _connect(kubeconfig, context)
     try:
-        with api:
-            report = why.explain(api, ns, pod_group, scheduler_name=scheduler_name)
+        with cluster:
+            report = why.explain(cluster, ns, pod_group, scheduler_name=scheduler_name)
     except (why.BadInputError, ClusterError) as exc:
         _fail(str(exc))
     if output == "json":
@@ -569,15 +569,15 @@ def top(
     tty = sys.stdout.isatty()
 
     def look() -> None:
-        api = _connect(kubeconfig, context)
-        with api:
+        cluster = _connect(kubeconfig, context)
+        with cluster:
             try:
-                native = serves_native_pod_groups(api)  # asked once, not on every refresh
+                native = serves_native_pod_groups(cluster)  # asked once, not on every refresh
             except ClusterError as exc:
                 _fail(str(exc))
             while True:
                 try:
-                    cache = read_cluster(api, dra=False, native=native)
+                    cache = read_cluster(cluster, dra=False, native=native)
                 except ClusterError as exc:
                     _fail(str(exc))
                 pods = cache.pods_for_engine()

@@ -22,9 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client
-
-from gangsched.cluster.read import FoundPodGroup, find_pod_group, read_cluster, read_members
+from gangsched.cluster.read import Cluster, FoundPodGroup, find_pod_group, read_cluster, read_members
 from gangsched.engine.explain import DomainFit
 from gangsched.engine.whatif import Analysis, Change, analyse
 from gangsched.model import DEFAULT_SCHEDULER_NAME, Node, PodGroupApi, Reason
@@ -83,14 +81,14 @@ class Report:
 
 
 def explain(
-    api: client.ApiClient, namespace: str, name: str, *, scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    cluster: Cluster, namespace: str, name: str, *, scheduler_name: str = DEFAULT_SCHEDULER_NAME
 ) -> Report:
     """Read the cluster, find the PodGroup and analyse it (BadInputError when it does not exist)."""
-    cache = read_cluster(api)
-    found = find_pod_group(api, namespace, name, cache.priority_classes)
+    cache = read_cluster(cluster)
+    found = find_pod_group(cluster, namespace, name, cache.priority_classes)
     if found is None:
         raise BadInputError(f"PodGroup {namespace}/{name} not found")
-    read_members(api, cache, namespace, name, found.group.api)
+    read_members(cluster, cache, namespace, name, found.group.api)
     groups = dict(cache.pod_groups)
     groups[found.group.key] = found.group  # as just read (the LIST may be a moment older)
     # Ours is looked up first: a native PodGroup of the same name is the one not scheduled.

@@ -10,6 +10,10 @@ and exits the process from inside the library. This follows client-go's rules in
   both win;
 - a leader that cannot renew within `renew_deadline` stops leading (the caller fences
   itself), before any standby can consider the lease expired (`renew_deadline < lease_duration`).
+
+Its requests go through an `ApiSession` of its own on an event loop and thread of its own
+(`session.SessionThread`): a renewal never waits behind the operator's writes (the
+transport's slots and connections), nor for the operator's event loop to get to its socket.
 """
 
 from __future__ import annotations
@@ -26,9 +30,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from gangsched._rawapi import request_json
+from gangsched.session import ApiError, SessionThread
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +63,14 @@ class LeaderElector:
     def __init__(
         self,
         *,
-        api: client.ApiClient,
+        configuration: client.Configuration | None,
         config: LeaseConfig,
         clock: Callable[[], float] = time.monotonic,
+        user_agent: str = "gangsched",
     ) -> None:
-        self.api = api
+        self.configuration = configuration
+        self.user_agent = user_agent
+        self._client: SessionThread | None = None
         self.config = config
         self.clock = clock
         self.leading = False
@@ -76,8 +82,24 @@ class LeaderElector:
     def path(self) -> str:
         return f"/apis/coordination.k8s.io/v1/namespaces/{self.config.namespace}/leases"
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(request_json, self.api, method, path, **kwargs)
+    async def _request(self, method: str, path: str, *, body: Any = None) -> Any:
+        """One request on the elector's own thread; ApiError unless 2xx."""
+        if self._client is None:
+            assert self.configuration is not None
+            self._client = SessionThread(
+                self.configuration, user_agent=self.user_agent, name="gangsched-lease"
+            )
+        # Bounded by the renew deadline: a renewal answered later is of no use.
+        timeout = self.config.renew_deadline
+        return await self._client.run_async(
+            lambda session: session.call(method, path, body=body, timeout=timeout)
+        )
+
+    async def close(self) -> None:
+        """Stop the elector's thread (after `release`)."""
+        if self._client is not None:
+            thread, self._client = self._client, None
+            await asyncio.to_thread(thread.close)
 
     async def try_acquire_or_renew(self) -> bool:
         """One attempt; True when this replica holds the lease afterwards."""
@@ -90,7 +112,7 @@ class LeaderElector:
         }
         try:
             lease = await self._request("GET", f"{self.path}/{cfg.name}")
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status != 404:
                 log.warning(
                     "leader election: cannot read lease %s/%s: %s", cfg.namespace, cfg.name, exc.reason
@@ -104,7 +126,7 @@ class LeaderElector:
             }
             try:
                 await self._request("POST", self.path, body=body)
-            except ApiException as create_exc:
+            except ApiError as create_exc:
                 log.info("leader election: lost the race to create the lease (%s)", create_exc.reason)
                 return False
             self._acquired(now)
@@ -127,7 +149,7 @@ class LeaderElector:
         lease["spec"] = new_spec
         try:
             await self._request("PUT", f"{self.path}/{cfg.name}", body=lease)  # resourceVersion: optimistic
-        except ApiException as exc:
+        except ApiError as exc:
             log.info("leader election: update lost (%s)", exc.reason)
             return False
         self._acquired(now)

@@ -32,7 +32,6 @@ from typing import Any
 import kopf
 from aiohttp import web
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
 from gangsched import __version__
 from gangsched.binder import Binder
@@ -45,7 +44,7 @@ from gangsched.leader import LeaderElector, LeaseConfig, default_identity
 from gangsched.loop import Scheduler, SchedulerConfig
 from gangsched.metrics import Metrics, serve
 from gangsched.model import GROUP, LIVE_PODS_SELECTOR, PLURAL, VERSION, PodGroupApi
-from gangsched.session import ApiSession
+from gangsched.session import ApiError, ApiSession, serves
 from gangsched.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -67,8 +66,9 @@ class RunOptions:
     watch_budget_seconds: float = 60.0
 
 
-def api_client(*, kubeconfig: str | None, pool: int) -> client.ApiClient:
-    """In-cluster (service-account token) when running in a pod, else the kubeconfig."""
+def load_configuration(*, kubeconfig: str | None) -> client.Configuration:
+    """Where the apiserver is and who we are: in-cluster (service-account token) when running
+    in a pod, else the kubeconfig. Every `session.ApiSession` of the operator uses it."""
     configuration = client.Configuration()
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
@@ -76,8 +76,7 @@ def api_client(*, kubeconfig: str | None, pool: int) -> client.ApiClient:
         config.load_kube_config(  # type: ignore[no-untyped-call]
             config_file=kubeconfig, client_configuration=configuration
         )
-    configuration.connection_pool_maxsize = pool
-    return client.ApiClient(configuration)
+    return configuration
 
 
 @dataclass(slots=True)
@@ -85,7 +84,9 @@ class Operator:
     """The parts of one running operator."""
 
     options: RunOptions
-    api: client.ApiClient
+    configuration: client.Configuration
+    # Which replica wrote what, in the apiserver's audit log.
+    user_agent: str
     transport: Transport
     cache: ClusterCache
     live: LiveReader
@@ -106,14 +107,18 @@ class Operator:
 
 
 def assemble(options: RunOptions) -> Operator:
-    api = api_client(kubeconfig=options.kubeconfig, pool=options.concurrency + 4)
+    configuration = load_configuration(kubeconfig=options.kubeconfig)
     identity = options.lease.identity if options.lease else default_identity()
     # Which replica wrote what, in the apiserver's audit log.
-    api.user_agent = f"gangsched/{__version__} ({identity})"
-    elector = LeaderElector(api=api, config=options.lease) if options.lease else None
+    user_agent = f"gangsched/{__version__} ({identity})"
+    elector = (
+        LeaderElector(configuration=configuration, user_agent=user_agent, config=options.lease)
+        if options.lease
+        else None
+    )
     transport = Transport(
-        configuration=api.configuration,
-        user_agent=api.user_agent,
+        configuration=configuration,
+        user_agent=user_agent,
         concurrency=options.concurrency,
         fence=elector.write_allowed if elector is not None else None,
         write_timeout=elector.write_timeout if elector is not None else 30.0,
@@ -131,12 +136,24 @@ def assemble(options: RunOptions) -> Operator:
     intake = Intake(cache=cache, scheduler=scheduler, live=live, faults=options.scheduler.faults)
     # A PodGroup deleted, or another object under its name now: the loop starts afresh.
     cache.on_group_replaced = scheduler.forget_group
-    return Operator(options, api, transport, cache, live, binder, scheduler, intake, WatchHealth(), elector)
+    return Operator(
+        options,
+        configuration,
+        user_agent,
+        transport,
+        cache,
+        live,
+        binder,
+        scheduler,
+        intake,
+        WatchHealth(),
+        elector,
+    )
 
 
 def _start_watches(op: Operator) -> None:
     """One informer per watched kind, all into `Intake`."""
-    session = op.session = ApiSession(op.api.configuration, user_agent=op.api.user_agent)
+    session = op.session = ApiSession(op.configuration, user_agent=op.user_agent)
     resources = [
         Resource("pods", "/api/v1/pods", {"fieldSelector": LIVE_PODS_SELECTOR}),
         Resource("nodes", "/api/v1/nodes"),
@@ -164,18 +181,24 @@ def _start_watches(op: Operator) -> None:
     op.tasks.append(loop.create_task(_synced(op), name="first lists"))
 
 
-async def _discover_dra(op: Operator) -> None:
-    """Watch the DRA kinds only where the API serves resource.k8s.io/v1 (DRA is GA since
-    1.34; a cluster without it must not keep a watch failing, which would fail /healthz)."""
+async def _served(op: Operator, group_version: str, *resources: str) -> bool | None:
+    """`session.serves`, through the transport (its slots and retries); None (with a
+    warning) when the API could not tell."""
     try:
-        await op.transport.call("GET", "/apis/resource.k8s.io/v1")
-    except ApiException as exc:
-        if exc.status == 404:
-            log.info("resource.k8s.io/v1 is not served: DRA (ResourceClaims) is off")
-            return
-        log.warning("could not tell whether resource.k8s.io/v1 is served (%s); watching it", exc.status)
+        return await serves(op.transport.get, group_version, *resources)
+    except ApiError as exc:
+        log.warning("could not tell whether %s is served (%s); watching it", group_version, exc.status)
     except Exception as exc:
-        log.warning("could not tell whether resource.k8s.io/v1 is served (%s); watching it", exc)
+        log.warning("could not tell whether %s is served (%s); watching it", group_version, exc)
+    return None
+
+
+async def _discover_dra(op: Operator) -> None:
+    """Watch the DRA kinds only where the API serves them in resource.k8s.io/v1 (DRA is GA
+    since 1.34; a cluster without it must not keep a watch failing, which would fail /healthz)."""
+    if await _served(op, "resource.k8s.io/v1", DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS) is False:
+        log.info("resource.k8s.io/v1 is not served: DRA (ResourceClaims) is off")
+        return
     op.cache.devices.enabled = True
 
 
@@ -184,34 +207,17 @@ async def _discover_native_pod_groups(op: Operator) -> None:
     podgroups (alpha in 1.36: --runtime-config and the GenericWorkload gate); elsewhere one
     line says so and gangsched's PodGroup works as everywhere."""
     native = PodGroupApi.NATIVE
-    try:
-        found = await op.transport.call("GET", f"/apis/{native.api_version}")
-    except ApiException as exc:
-        if exc.status == 404:
-            log.info(
-                "%s is not served: native PodGroups are not scheduled (gangsched's %s PodGroups are)",
-                native.api_version,
-                PodGroupApi.GANGSCHED.api_version,
-            )
-            return
-        log.warning("could not tell whether %s is served (%s); watching it", native.api_version, exc.status)
-        op.cache.native_pod_groups = True
-        return
-    except Exception as exc:
-        log.warning("could not tell whether %s is served (%s); watching it", native.api_version, exc)
-        op.cache.native_pod_groups = True
-        return
-    resources = {str(r.get("name")) for r in (found or {}).get("resources") or [] if isinstance(r, dict)}
-    if PLURAL not in resources:
+    served = await _served(op, native.api_version, PLURAL)
+    if served is False:
         log.info(
-            "%s is served without podgroups: native PodGroups are not scheduled (gangsched's %s "
-            "PodGroups are)",
+            "%s podgroups are not served: native PodGroups are not scheduled (gangsched's %s PodGroups are)",
             native.api_version,
             PodGroupApi.GANGSCHED.api_version,
         )
         return
     op.cache.native_pod_groups = True
-    log.info("%s podgroups are served: native PodGroups are scheduled too", native.api_version)
+    if served:
+        log.info("%s podgroups are served: native PodGroups are scheduled too", native.api_version)
 
 
 async def _synced(op: Operator) -> None:
@@ -345,14 +351,15 @@ async def _shutdown(op: Operator, runners: list[web.AppRunner]) -> None:
     if op.elector is not None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(op.elector.release(), timeout=5)
+        await op.elector.close()
 
 
-def _login(api: client.ApiClient) -> Callable[..., Awaitable[kopf.ConnectionInfo | None]]:
+def _login(configuration: client.Configuration) -> Callable[..., Awaitable[kopf.ConnectionInfo | None]]:
     async def login(**_: Any) -> kopf.ConnectionInfo | None:
         # The same identity as our own client, whether from a kubeconfig or in-cluster.
-        configuration = api.configuration
-        if configuration.refresh_api_key_hook is not None:  # in-cluster tokens rotate
-            configuration.refresh_api_key_hook(configuration)
+        hook: Any = getattr(configuration, "refresh_api_key_hook", None)  # typed as always None
+        if hook is not None:  # in-cluster tokens rotate
+            hook(configuration)
         token = configuration.api_key.get("BearerToken") or configuration.api_key.get("authorization")
         if token and token.lower().startswith("bearer "):
             token = token[7:]
@@ -380,7 +387,7 @@ def run(options: RunOptions) -> None:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     op = assemble(options)
     registry = build_registry(op)
-    kopf.on.login(registry=registry)(_login(op.api))
+    kopf.on.login(registry=registry)(_login(op.configuration))
     host = options.bind_address
     liveness = f"http://{host}:{options.liveness_port}/healthz" if options.liveness_port else None
     _set_kopf_identity(op.binder.instance)

@@ -1,27 +1,50 @@
-"""aiohttp sessions to the apiserver, with the TLS and credentials of the `kubernetes` client.
+"""The one HTTP client to the apiserver, its one error type, its one paginator, its one discovery.
 
-The informers (`cluster.informer`) stream watches through one, the transport (`transport`)
-sends every write and live read through another: aiohttp is already a kopf dependency, an
-async stream needs no thread per watch, and a write needs no thread hop nor the generated
-client's request building (about a third of the operator's CPU when it went through them).
-The credentials come from the same `kubernetes.client.Configuration` the rest of the
-operator uses, whether it was loaded from a kubeconfig or in-cluster; a token with a refresh
-hook (in-cluster, exec plugins) is refreshed before every request.
+- `ApiSession`: aiohttp, with the TLS and credentials of a `kubernetes.client.Configuration`
+  (loaded from a kubeconfig or in-cluster; a token with a refresh hook, in-cluster or an exec
+  plugin, is refreshed before every request). The informers (`cluster.informer`) stream
+  watches through one, the transport (`transport`: bounded, retried, fenced) sends every
+  write and live read through another, leader election and the look-only commands
+  (`cluster.read`) use one each on a `SessionThread`. aiohttp is already a kopf dependency,
+  an async stream needs no thread per watch, and a write needs no thread hop nor the
+  generated client's request building (about a third of the operator's CPU when it went
+  through them).
+- `ApiError`: every non-2xx answer, wherever it came from (status, reason, headers, body and
+  the Status message). Network failures stay aiohttp's and asyncio's own errors.
+- `list_all`: a LIST page by page (limit/continue), started over when the continue token
+  expired (410), with the LIST's resourceVersion.
+- `serves`: does the API serve these resources in that group/version (a 404 is a plain no)?
+
+The paginator and the discovery take a `Get` (one GET, decoded) rather than a session, so the
+transport's GETs (slots, retries) and an informer's decoding go through the same code.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import json
 import ssl
-from collections.abc import AsyncIterator, Callable, Mapping
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, NamedTuple, TypeVar
 from urllib.parse import quote, urlencode
 
 import aiohttp
 from kubernetes import client
 from yarl import URL
+
+T = TypeVar("T")
+
+MERGE_PATCH: Final = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
+
+LIST_PAGE: Final = 500
+# A LIST page may carry hundreds of full pods: longer than one object's GET.
+LIST_TIMEOUT: Final = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,13 +57,55 @@ class Answer:
     body: bytes
 
 
-class ApiError(Exception):
-    """A non-2xx answer; `status` is its HTTP code, the message the Status message."""
+def _status_message(body: bytes, reason: str) -> str:
+    """The message of a Status body; else the body's text (first 300 characters); else `reason`."""
+    text = body.decode("utf-8", "replace")
+    try:
+        decoded = json.loads(text)
+    except ValueError:
+        return text.strip()[:300] or reason
+    message = decoded.get("message") if isinstance(decoded, dict) else None
+    return str(message) if message else reason
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}")
+
+class ApiError(Exception):
+    """A non-2xx answer of the apiserver: the one exception type for API answers in gangsched.
+
+    `status` is the HTTP code, `message` the Status message (else the reason), `reason`,
+    `headers` and `body` what came with it. str(): "status: message", one line for a log."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str = "",
+        *,
+        reason: str = "",
+        headers: Mapping[str, str] | None = None,
+        body: bytes = b"",
+    ) -> None:
         self.status = status
-        self.message = message
+        self.reason = reason
+        self.headers: Mapping[str, str] = headers if headers is not None else {}
+        self.body = body
+        self.message = message or reason or f"HTTP {status}"
+        super().__init__(f"{status}: {self.message}")
+
+    @classmethod
+    def from_answer(cls, answer: Answer) -> ApiError:
+        return cls(
+            answer.status,
+            _status_message(answer.body, answer.reason),
+            reason=answer.reason,
+            headers=answer.headers,
+            body=answer.body,
+        )
+
+
+def encode_body(body: Any) -> bytes:
+    """A request body as compact JSON bytes (bytes are taken as already encoded)."""
+    if isinstance(body, bytes):
+        return body
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def _ssl_context(configuration: client.Configuration) -> ssl.SSLContext | bool:
@@ -53,15 +118,6 @@ def _ssl_context(configuration: client.Configuration) -> ssl.SSLContext | bool:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
-
-
-async def _error(response: aiohttp.ClientResponse) -> ApiError:
-    text = await response.text()
-    try:
-        message = str(json.loads(text).get("message") or text)
-    except (ValueError, AttributeError):
-        message = text.strip()[:300] or response.reason or ""
-    return ApiError(response.status, message)
 
 
 class ApiSession:
@@ -89,25 +145,6 @@ class ApiSession:
         if not token:
             return {}
         return {"Authorization": token if token.lower().startswith("bearer ") else f"Bearer {token}"}
-
-    async def get(
-        self,
-        path: str,
-        *,
-        query: Mapping[str, str] | None = None,
-        timeout: float = 60.0,
-        decode: Callable[[bytes], Any] = json.loads,
-    ) -> Any:
-        """GET `path` and `decode` the JSON answer; an ApiError for anything but 2xx."""
-        async with self._session.get(
-            self.server + path,
-            params=dict(query or {}),
-            headers=self._headers(),
-            timeout=aiohttp.ClientTimeout(total=timeout),
-        ) as response:
-            if response.status >= 300:
-                raise await _error(response)
-            return decode(await response.read())
 
     async def request(
         self,
@@ -138,11 +175,42 @@ class ApiSession:
             data = await response.read()
             return Answer(response.status, response.reason or "", response.headers, data)
 
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float = 30.0,
+        decode: Callable[[bytes], Any] = json.loads,
+    ) -> Any:
+        """One request: its `decode`d answer (None for an empty body); ApiError unless 2xx."""
+        data = None if body is None else encode_body(body)
+        got = await self.request(
+            method, path, query=query, body=data, content_type=content_type, timeout=timeout
+        )
+        if not 200 <= got.status <= 299:
+            raise ApiError.from_answer(got)
+        return decode(got.body) if got.body else None
+
+    async def get(
+        self,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        timeout: float = LIST_TIMEOUT,
+        decode: Callable[[bytes], Any] = json.loads,
+    ) -> Any:
+        """GET `path` and `decode` the JSON answer; ApiError unless 2xx."""
+        return await self.call("GET", path, query=query, timeout=timeout, decode=decode)
+
     @asynccontextmanager
     async def stream(
         self, path: str, *, query: Mapping[str, str], read_timeout: float
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """A streamed GET (a watch): the response, to be read line by line; ApiError on non-2xx.
+        """A streamed GET (a watch): the response, to be read line by line; ApiError unless 2xx.
 
         `read_timeout` bounds the wait for the next chunk: a connection that went silent
         (bookmarks stopped) is dropped instead of hanging forever.
@@ -154,5 +222,126 @@ class ApiSession:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=read_timeout),
         ) as response:
             if response.status >= 300:
-                raise await _error(response)
+                body = await response.read()
+                raise ApiError.from_answer(
+                    Answer(response.status, response.reason or "", response.headers, body)
+                )
             yield response
+
+
+# ------------------------------------------------------------------- paginator, discovery
+
+# One GET of `path` with `query`, its decoded answer; ApiError unless 2xx. The paginator and
+# the discovery ask through one of these: `ApiSession.get`, or `Transport.call` (slots, retries).
+Get = Callable[[str, Mapping[str, str]], Awaitable[Any]]
+
+
+class Listing(NamedTuple):
+    """A whole LIST: its items and the resourceVersion it is consistent at."""
+
+    items: list[Any]
+    resource_version: str
+
+
+async def list_all(
+    get: Get, path: str, query: Mapping[str, str] | None = None, *, page: int = LIST_PAGE
+) -> Listing:
+    """Every item of the collection at `path` (one consistent LIST, `page` items per request)
+    and the LIST's resourceVersion.
+
+    A continue token expires with the resourceVersion it pins (etcd compaction, about 5 min):
+    the 410 then starts the LIST over, as a new snapshot, rather than mixing two."""
+    items: list[Any] = []
+    token = ""
+    resource_version = ""
+    while True:
+        params = {**(query or {}), "limit": str(page)}
+        if token:
+            params["continue"] = token
+        try:
+            answer = await get(path, params)
+        except ApiError as exc:
+            if exc.status == 410 and token:
+                items, token, resource_version = [], "", ""
+                continue
+            raise
+        meta = answer.get("metadata") or {}
+        # Every page of one LIST carries the same version; the first one's is kept.
+        resource_version = resource_version or str(meta.get("resourceVersion") or "")
+        items.extend(answer.get("items") or [])
+        token = str(meta.get("continue") or "")
+        if not token:
+            return Listing(items, resource_version)
+
+
+def discovery_path(group_version: str) -> str:
+    """Where the resources of `group_version` are listed: /api/v1 for the core group."""
+    return "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
+
+
+async def serves(get: Get, group_version: str, *resources: str) -> bool:
+    """Does the API serve every one of `resources` (plural names) in `group_version`? One
+    discovery GET; a 404 (the group/version is not served at all) is a plain no. Any other
+    error is raised: whether to go on without, or assume served, is the caller's to say."""
+    try:
+        found = await get(discovery_path(group_version), {})
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    listed = (found or {}).get("resources") or []
+    names = {str(r.get("name")) for r in listed if isinstance(r, Mapping)}
+    return all(resource in names for resource in resources)
+
+
+# ----------------------------------------------------------------- a client off the loop
+
+
+class SessionThread:
+    """An ApiSession on an event loop of its own, in a (daemon) thread of its own.
+
+    For leader election, whose renewals must never wait behind the operator's writes or a
+    busy event loop, and for the look-only commands, which are synchronous. `run` and
+    `run_async` take a function of the session (it is created on first use, on the thread's
+    loop, as aiohttp requires) and run what it returns there."""
+
+    def __init__(self, configuration: client.Configuration, *, user_agent: str, name: str) -> None:
+        self.configuration = configuration
+        self.user_agent = user_agent
+        self._session: ApiSession | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def _submit(self, use: Callable[[ApiSession], Awaitable[T]]) -> concurrent.futures.Future[T]:
+        async def on_loop() -> T:
+            if self._session is None:
+                self._session = ApiSession(self.configuration, user_agent=self.user_agent)
+            return await use(self._session)
+
+        return asyncio.run_coroutine_threadsafe(on_loop(), self._loop)
+
+    def run(self, use: Callable[[ApiSession], Awaitable[T]]) -> T:
+        """Run `use(session)` on the thread's loop; block this thread until it is done."""
+        return self._submit(use).result()
+
+    async def run_async(self, use: Callable[[ApiSession], Awaitable[T]]) -> T:
+        """Run `use(session)` on the thread's loop; await it from another event loop
+        (cancelling the await cancels the request)."""
+        return await asyncio.wrap_future(self._submit(use))
+
+    def close(self) -> None:
+        """Close the session, stop the loop and the thread (call it from another thread)."""
+        if self._loop.is_closed():
+            return
+        if self._thread.is_alive():
+            session, self._session = self._session, None
+            if session is not None:
+                closing: Coroutine[Any, Any, None] = session.close()
+                # Best effort: whoever closes is going away anyway.
+                with contextlib.suppress(TimeoutError, RuntimeError):
+                    asyncio.run_coroutine_threadsafe(closing, self._loop).result(timeout=5.0)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5.0)
+        if not self._thread.is_alive():
+            self._loop.close()

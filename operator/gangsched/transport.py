@@ -6,9 +6,9 @@ out on the event loop through one aiohttp session (`session.ApiSession.request`)
 connection pool: no thread hop per request, no generated-client request building, the body
 serialised once however often it is sent. Transient failures (429, 5xx, timeouts, dropped
 connections) are retried with exponential backoff, honouring Retry-After; the retry machine
-is built only on that slow path. Everything else is raised as the `kubernetes` client's
-ApiException (status, reason, headers, body), so callers interpret answers as they would
-from the generated client (a 409 is an answer, not a failure).
+is built only on that slow path. Any other answer but 2xx is raised as `session.ApiError`
+(status, reason, headers, body, the Status message): callers interpret it (a 409 is an
+answer, not a failure).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Any, Protocol
 
 import aiohttp
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -30,13 +29,12 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from gangsched.session import Answer, ApiSession
+from gangsched.session import Answer, ApiError, ApiSession, Listing, encode_body, list_all
 
 log = logging.getLogger(__name__)
 
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 READ_TIMEOUT_SECONDS = 30.0
-LIST_PAGE = 500
 
 Query = Mapping[str, str | int | bool]
 
@@ -57,7 +55,7 @@ class Send(Protocol):
 
 
 def transient(exc: BaseException) -> bool:
-    if isinstance(exc, ApiException):
+    if isinstance(exc, ApiError):
         return exc.status in TRANSIENT_STATUS
     return isinstance(exc, aiohttp.ClientError | TimeoutError | ConnectionError)
 
@@ -67,7 +65,7 @@ _backoff = wait_exponential_jitter(multiplier=0.2, max=5.0)
 
 def retry_after(exc: BaseException | None) -> float:
     """The server's Retry-After (capped at 30 s), or 0."""
-    if isinstance(exc, ApiException) and exc.headers:
+    if isinstance(exc, ApiError):
         value = exc.headers.get("Retry-After")
         if value and value.isdigit():
             return min(float(value), 30.0)
@@ -82,32 +80,6 @@ def _wait(state: RetryCallState) -> float:
 
 class FencedError(Exception):
     """A write refused before it left: this replica no longer holds a fresh Lease."""
-
-
-def error_message(exc: ApiException) -> str:
-    """The Status message of an error answer, else its code and reason: one line for a log."""
-    body = exc.body
-    if isinstance(body, bytes | str):
-        try:
-            return str(json.loads(body).get("message") or exc.reason)
-        except (ValueError, AttributeError):
-            pass
-    return f"{exc.status} {exc.reason}"
-
-
-def api_exception(answer: Answer) -> ApiException:
-    """A non-2xx answer as the client's ApiException (status, reason, headers, body)."""
-    exc = ApiException(status=answer.status, reason=answer.reason)
-    exc.headers = answer.headers
-    exc.body = answer.body.decode("utf-8", "replace")
-    return exc
-
-
-def encode_body(body: Any) -> bytes:
-    """A request body as compact JSON bytes (bytes are taken as already encoded)."""
-    if isinstance(body, bytes):
-        return body
-    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def _query(query: Query | None) -> dict[str, str] | None:
@@ -178,7 +150,7 @@ class Transport:
         background: bool = False,
         answer: bool = True,
     ) -> Any:
-        """One request with retries on transient failures; raises ApiException otherwise.
+        """One request with retries on transient failures; raises ApiError otherwise.
         `answer=False`: the caller does not read the answer, so it is not decoded (None)."""
         if background:
             async with self._background:
@@ -230,7 +202,7 @@ class Transport:
             timeout = self.write_timeout
         got = await send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
         if not 200 <= got.status <= 299:
-            raise api_exception(got)
+            raise ApiError.from_answer(got)
         return json.loads(got.body) if answer and got.body else None
 
     def _check_fence(self) -> None:
@@ -239,16 +211,11 @@ class Transport:
         if reason is not None:
             raise FencedError(f"write refused: {reason}")
 
-    async def list(self, path: str, *, query: Query | None = None) -> list[Any]:
-        """Every item of a (paginated) LIST, each page in a slot of its own."""
-        items: list[Any] = []
-        token = ""
-        while True:
-            params: dict[str, str | int | bool] = {**(query or {}), "limit": LIST_PAGE}
-            if token:
-                params["continue"] = token
-            answer = await self.call("GET", path, query=params)
-            items.extend(answer.get("items") or [])
-            token = (answer.get("metadata") or {}).get("continue") or ""
-            if not token:
-                return items
+    async def get(self, path: str, query: Mapping[str, str] | None = None) -> Any:
+        """A GET as `call` sends it: a `session.Get`, for the paginator and the discovery."""
+        return await self.call("GET", path, query=query)
+
+    async def list(self, path: str, *, query: Query | None = None) -> Listing:
+        """Every item of a (paginated) LIST and its resourceVersion (`session.list_all`), each
+        page in a slot of its own, with its own retries."""
+        return await list_all(self.get, path, _query(query))

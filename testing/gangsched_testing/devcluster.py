@@ -49,8 +49,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gangsched._rawapi import MERGE_PATCH, request_json
 from gangsched_testing import fakenodes
+from gangsched_testing.rawapi import MERGE_PATCH, request_json
 
 K8S_VERSION: Final = "v1.36.3"
 

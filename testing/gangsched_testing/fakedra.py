@@ -36,9 +36,9 @@ from typing import Any, Final, Literal
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gangsched._rawapi import request_json
 from gangsched_testing import dra
 from gangsched_testing.dra import GPU_DRIVER, NIC_DRIVER, PCIE_ROOT
+from gangsched_testing.rawapi import request_json
 
 Manifest = dict[str, Any]
 TaintEffect = Literal["None", "NoSchedule", "NoExecute"]

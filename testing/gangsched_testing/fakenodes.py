@@ -31,7 +31,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gangsched._rawapi import MERGE_PATCH, request_json
+from gangsched_testing.rawapi import MERGE_PATCH, request_json
 
 logger = logging.getLogger(__name__)
 
@@ -486,8 +486,8 @@ def open_stream(
     """GET `path` and return the unread response, for watches: iterate it for lines.
 
     Another thread may call ``shutdown()`` on it to end a blocked read at once. Only the
-    kubelet stand-in watches this way (gangsched itself watches through kopf), so it lives
-    here rather than beside ``request_json`` in the product.
+    kubelet stand-in watches this way (gangsched itself watches through its informers and
+    `gangsched.session`), so it lives here in the test tooling.
     """
     request = api.param_serialize(
         "GET",

@@ -22,7 +22,6 @@ from typing import Any
 
 from kubernetes import client
 
-from gangsched._rawapi import list_items
 from gangsched.model import (
     GROUP,
     LIVE_PODS_SELECTOR,
@@ -32,6 +31,7 @@ from gangsched.model import (
     parse_node,
     pod_requests,
 )
+from gangsched_testing.rawapi import list_items
 
 Json = Mapping[str, Any]
 

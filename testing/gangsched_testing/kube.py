@@ -1,6 +1,6 @@
 """Small API helpers for tests against a real apiserver: create, list, wait, start an operator.
 
-Shared by the integration tests and the chaos suite; plain JSON through `_rawapi`.
+Shared by the integration tests and the chaos suite; plain JSON through `rawapi`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
-from gangsched._rawapi import request_json
 from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
 from gangsched_testing import devcluster
+from gangsched_testing.rawapi import request_json
 
 T = TypeVar("T")
 

@@ -27,12 +27,12 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gangsched._rawapi import list_items, request_json
 from gangsched.model import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
 from gangsched_testing import devcluster, fakenodes
 from gangsched_testing.builders import GPU, RACK, gang_manifests, pod_group_manifest
 from gangsched_testing.invariants import InvariantChecker, cache_differences
 from gangsched_testing.kube import Operator, create_pod_group, create_pods, ensure_crd, start_operator
+from gangsched_testing.rawapi import list_items, request_json
 
 # How long the cache may take to equal a fresh LIST after the cluster went quiet.
 QUIET_BUDGET = 10.0

@@ -13,12 +13,12 @@ from collections.abc import Callable
 
 from kubernetes import client
 
-from gangsched._rawapi import request_json
 from gangsched.model import GROUP, PLURAL, VERSION
 from gangsched_testing import devcluster, fakenodes
 from gangsched_testing.builders import GPU, gang_manifests, pod_group_manifest
 from gangsched_testing.invariants import InvariantChecker, cache_differences
 from gangsched_testing.kube import Operator, all_bound, create_pod_group, create_pods, wait_until
+from gangsched_testing.rawapi import request_json
 
 # Required by the issue: the cache equals the listed state within this long of the apiserver being ready.
 RECOVERY_BUDGET = 10.0

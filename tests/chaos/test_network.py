@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from gangsched._rawapi import request_json
 from gangsched.model import GROUP, PLURAL, VERSION
 from gangsched_testing import devcluster, fakenodes
 from gangsched_testing.builders import GPU, gang_manifests, pod_group_manifest
@@ -30,6 +29,7 @@ from gangsched_testing.kube import (
     list_pods,
     wait_until,
 )
+from gangsched_testing.rawapi import request_json
 
 WATCHED = ("pods", "nodes", "priorityclasses", PLURAL)
 

@@ -16,11 +16,11 @@ from datetime import datetime
 
 from kubernetes import client
 
-from gangsched._rawapi import request_json
 from gangsched_testing import devcluster, fakenodes
 from gangsched_testing.builders import GPU, gang_manifests, pod_group_manifest
 from gangsched_testing.invariants import InvariantChecker
 from gangsched_testing.kube import Operator, all_bound, bound_nodes, create_pod_group, create_pods, wait_until
+from gangsched_testing.rawapi import request_json
 
 
 def _as_service_account(

@@ -25,9 +25,9 @@ from operator_support import (
     wait_until,
 )
 
-from gangsched._rawapi import request_json
 from gangsched_testing import devcluster, dra, fakedra, fakenodes
 from gangsched_testing.builders import pod_group_manifest, pod_manifest
+from gangsched_testing.rawapi import request_json
 
 pytestmark = pytest.mark.integration
 

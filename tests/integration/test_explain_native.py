@@ -20,7 +20,6 @@ from kubernetes import client
 from operator_support import Operator, condition, create_pod_group, create_pods, in_namespace, wait_until
 
 from gangsched import cli
-from gangsched._rawapi import request_json
 from gangsched_testing import devcluster, fakenodes
 from gangsched_testing.builders import (
     GPU,
@@ -29,6 +28,7 @@ from gangsched_testing.builders import (
     native_pod_group_manifest,
     pod_group_manifest,
 )
+from gangsched_testing.rawapi import request_json
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,9 @@ from typing import Any, Final
 import pytest
 from kubernetes import client, config
 
-from gangsched._rawapi import request_json
 from gangsched_testing import devcluster, dra, fakedra, fakenodes
 from gangsched_testing.kube import wait_until
+from gangsched_testing.rawapi import request_json
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,6 @@ from operator_support import (
     wait_until,
 )
 
-from gangsched._rawapi import request_json
 from gangsched_testing import devcluster, dra, fakedra, fakenodes
 from gangsched_testing.builders import (
     gang_manifests,
@@ -31,6 +30,7 @@ from gangsched_testing.builders import (
     native_pod_group_manifest,
     pod_group_manifest,
 )
+from gangsched_testing.rawapi import request_json
 
 pytestmark = pytest.mark.integration
 

@@ -20,10 +20,10 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gangsched._rawapi import request_json
 from gangsched.model import GROUP, PLURAL, VERSION
 from gangsched_testing.builders import pod_group_manifest
 from gangsched_testing.crd_cases import EXAMPLE_SPEC, INVALID_SPECS, UPDATES, VALID_SPECS
+from gangsched_testing.rawapi import request_json
 
 pytestmark = pytest.mark.integration
 

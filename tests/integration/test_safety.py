@@ -26,9 +26,9 @@ from operator_support import (
     wait_until,
 )
 
-from gangsched._rawapi import request_json
 from gangsched_testing import fakenodes
 from gangsched_testing.builders import GPU, gang_manifests, pod_group_manifest, pod_manifest
+from gangsched_testing.rawapi import request_json
 
 
 def _pod_scheduled(pod: dict[str, Any]) -> dict[str, Any]:

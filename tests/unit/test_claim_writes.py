@@ -9,7 +9,6 @@ import copy
 from typing import Any, cast
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from gangsched.cluster import ClusterCache, LiveReader
 from gangsched.cluster.devices import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
@@ -20,6 +19,7 @@ from gangsched.loop.claims import FINALIZER, ClaimError, ClaimStep, binding_stat
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.pipeline import GangPlan
 from gangsched.model.dra import ConsumerRef, parse_resource_claim
+from gangsched.session import ApiError
 from gangsched_testing import dra
 from gangsched_testing.builders import node, pod_group, pod_manifest
 
@@ -337,7 +337,7 @@ class LostAnswer(ClaimBinder):
         answer = await super().patch_claim(namespace, name, patch, status=status, strategic=strategic)
         if status and not self.lost:
             self.lost = True
-            raise ApiException(status=409, reason="Conflict")
+            raise ApiError(409, reason="Conflict")
         return answer
 
 

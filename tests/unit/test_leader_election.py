@@ -7,10 +7,9 @@ import copy
 from typing import Any
 
 import pytest
-import urllib3
-from kubernetes.client.exceptions import ApiException
 
 from gangsched.leader import LeaderElector, LeaseConfig
+from gangsched.session import ApiError
 
 
 class FakeLeases:
@@ -23,17 +22,17 @@ class FakeLeases:
 
     async def request(self, method: str, path: str, **kwargs: Any) -> Any:
         if self.down:
-            raise urllib3.exceptions.MaxRetryError(None, path, None)  # type: ignore[arg-type]
+            raise ConnectionRefusedError(path)
         if method == "GET":
             if self.lease is None:
-                raise ApiException(status=404, reason="Not Found")
+                raise ApiError(404, reason="Not Found")
             return copy.deepcopy(self.lease)
         body = copy.deepcopy(kwargs["body"])
         if method == "POST":
             if self.lease is not None:
-                raise ApiException(status=409, reason="AlreadyExists")
+                raise ApiError(409, reason="AlreadyExists")
         elif body["metadata"].get("resourceVersion") != str(self.rv):
-            raise ApiException(status=409, reason="Conflict")
+            raise ApiError(409, reason="Conflict")
         self.rv += 1
         body["metadata"]["resourceVersion"] = str(self.rv)
         self.lease = body
@@ -57,7 +56,7 @@ def elector(store: FakeLeases, clock: Clock, identity: str, monkeypatch: pytest.
         renew_deadline=0.05,
         lease_duration=0.1,
     )
-    e = LeaderElector(api=None, config=config, clock=clock)  # type: ignore[arg-type]
+    e = LeaderElector(configuration=None, config=config, clock=clock)
     monkeypatch.setattr(e, "_request", store.request)
     return e
 
@@ -89,7 +88,7 @@ def test_a_leader_that_cannot_renew_fences_itself(monkeypatch: pytest.MonkeyPatc
         assert await a.try_acquire_or_renew()
         a._last_renew = a.clock()
         lost = asyncio.Event()
-        store.down = True  # connection refused, not an ApiException
+        store.down = True  # connection refused, not an ApiError
         await asyncio.wait_for(a.keep(lost.set), timeout=2)
         assert lost.is_set()
         assert not a.leading

@@ -10,7 +10,6 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from gangsched.binder import BindOutcome, BindResult
 from gangsched.cluster import ClusterCache, LiveReader
@@ -33,6 +32,7 @@ from gangsched.model import (
 from gangsched.model.dra import ConsumerRef, parse_resource_claim
 from gangsched.model.podgroup import DisruptionMode
 from gangsched.runtime import _discover_native_pod_groups
+from gangsched.session import ApiError, Listing
 from gangsched.status import Verdict, build_native_status
 from gangsched_testing import dra
 from gangsched_testing.builders import (
@@ -536,10 +536,10 @@ class _Discovery:
         self.answer = answer
         self.paths: list[str] = []
 
-    async def call(self, method: str, path: str, **_: Any) -> Any:
+    async def get(self, path: str, query: Any = None) -> Any:
         self.paths.append(path)
         if self.answer is None:
-            raise ApiException(status=404, reason="Not Found")
+            raise ApiError(404, reason="Not Found")
         return self.answer
 
 
@@ -597,10 +597,10 @@ class _Binder:
 
 class _NoLive:
     async def call(self, method: str, path: str, **_: Any) -> Any:
-        raise ApiException(status=404, reason="Not Found")
+        raise ApiError(404, reason="Not Found")
 
-    async def list(self, path: str, **_: Any) -> list[Any]:
-        return []
+    async def list(self, path: str, **_: Any) -> Listing:
+        return Listing([], "1")
 
 
 def test_the_loop_binds_a_native_gang_and_writes_its_condition_in_its_api() -> None:

@@ -5,24 +5,25 @@ level), the rendering, and both commands end to end against a fake API."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 from click.testing import CliRunner
-from kubernetes.client.exceptions import ApiException
 
 from gangsched import cli, occupancy
 from gangsched import explain as why
 from gangsched import simulate as sim
-from gangsched.cluster import read
+from gangsched.cluster import ClusterCache, read
+from gangsched.cluster.kinds import BUDGET, NATIVE_POD_GROUP, POD_GROUP
 from gangsched.cluster.read import FoundPodGroup
 from gangsched.engine.whatif import MIN_COUNT, PREFERRED, PRIORITY, RELAX_TOPOLOGY, Analysis, analyse
 from gangsched.model import Pod, PodGroupApi
+from gangsched.session import ApiError, Get
 from gangsched_testing.builders import (
     BLOCK,
     RACK,
@@ -170,8 +171,8 @@ def test_a_bound_native_gang_says_where_it_went() -> None:
 # ----------------------------------------------------------------------------- a fake API
 
 
-def not_found() -> ApiException:
-    return ApiException(status=404, reason="Not Found")
+def not_found() -> ApiError:
+    return ApiError(404, reason="Not Found")
 
 
 def _selected(item: Mapping[str, Any], query: Mapping[str, Any] | None) -> bool:
@@ -193,19 +194,24 @@ def _selected(item: Mapping[str, Any], query: Mapping[str, Any] | None) -> bool:
 
 
 class FakeApi:
-    """Serves lists and objects from manifests; scheduling.k8s.io/v1alpha2 only when `native`."""
+    """A `read.Cluster` serving lists and objects from manifests; scheduling.k8s.io/v1alpha2
+    only when `native`. Its GETs go through the real paginator and discovery (`session`)."""
 
     def __init__(self, objects: Sequence[Manifest], *, native: bool = True) -> None:
         self.native = native
         self.objects = list(objects)
         self.paths: list[str] = []
-        self.configuration = SimpleNamespace(host="https://fake")
+        self.host = "https://fake"
 
     def __enter__(self) -> FakeApi:
         return self
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+    def run(self, use: Any) -> Any:
+        get: Get = self.get
+        return asyncio.run(use(get))
 
     def _collection(self, path: str) -> tuple[str, str | None, str] | None:
         """path -> (apiVersion, namespace or None, plural) for the collections served."""
@@ -233,16 +239,7 @@ class FakeApi:
             out.append(obj)
         return out
 
-    def list_items(self, api: Any, path: str, *, query: Mapping[str, Any] | None = None) -> list[Any]:
-        self.paths.append(path)
-        where = self._collection(path)
-        if where is None:
-            raise not_found()
-        # A LIST's items carry no apiVersion, as the API serves them.
-        items = [{k: v for k, v in o.items() if k != "apiVersion"} for o in self._items(*where)]
-        return [i for i in items if _selected(i, query)]
-
-    def request_json(self, api: Any, method: str, path: str, **_: Any) -> Any:
+    async def get(self, path: str, query: Mapping[str, str]) -> Any:
         self.paths.append(path)
         if path == f"/apis/{NATIVE}":
             if not self.native:
@@ -251,6 +248,11 @@ class FakeApi:
                 "kind": "APIResourceList",
                 "resources": [{"name": "podgroups"}, {"name": "podgroups/status"}],
             }
+        where = self._collection(path)
+        if where is not None:  # a LIST, in one page; its items carry no apiVersion
+            items = [{k: v for k, v in o.items() if k != "apiVersion"} for o in self._items(*where)]
+            selected = [i for i in items if _selected(i, query)]
+            return {"metadata": {"resourceVersion": "7"}, "items": selected}
         head, _sep, name = path.rpartition("/")
         where = self._collection(head)
         if where is None:
@@ -262,8 +264,6 @@ class FakeApi:
 
 
 def install(monkeypatch: pytest.MonkeyPatch, fake: FakeApi) -> FakeApi:
-    monkeypatch.setattr(read, "list_items", fake.list_items)
-    monkeypatch.setattr(read, "request_json", fake.request_json)
     monkeypatch.setattr(read, "connect", lambda **_: fake)
     return fake
 
@@ -310,6 +310,23 @@ def test_read_cluster_lists_native_pod_groups_where_they_are_served(monkeypatch:
     assert cache.pod_groups == {}
     assert not cache.native_pod_groups
     assert f"/apis/{NATIVE}/podgroups" not in fake.paths
+
+
+def test_read_cluster_replaces_each_kind_as_of_its_lists_resource_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    replaced: list[tuple[str, str]] = []
+    original = ClusterCache.replace
+
+    def spy(self: ClusterCache, kind: str, items: Sequence[Any], resource_version: str) -> list[Any]:
+        replaced.append((kind, resource_version))
+        return original(self, kind, items, resource_version)
+
+    monkeypatch.setattr(ClusterCache, "replace", spy)
+    read.read_cluster(install(monkeypatch, FakeApi(cluster_objects())))  # type: ignore[arg-type]
+    kinds = ["priorityclasses", "nodes", "pods", POD_GROUP.name, NATIVE_POD_GROUP.name, BUDGET.name]
+    assert [k for k, _ in replaced][: len(kinds)] == kinds
+    assert {rv for _, rv in replaced} == {"7"}  # the fake's LISTs are at version 7
 
 
 def test_explain_a_native_gang_waiting_then_bound(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,7 +31,7 @@ PRODUCT = "gangsched"
 MUST_SHIP = ("gangsched/__init__.py", "gangsched/cli.py", "gangsched/py.typed")
 TOOLING_ONLY = ("gangsched_testing", "cryptography")
 """Imported by the test tooling, never by the product."""
-TOOLING_NAMES = ("gangsched_testing", "devcluster", "fakenodes", "open_stream")
+TOOLING_NAMES = ("gangsched_testing", "devcluster", "fakenodes", "open_stream", "rawapi")
 """Names that mark test tooling inside the wheel: file names or identifiers in the sources."""
 OPTIONAL_EXTRAS = ("plot",)
 """Extras the product may import from, inside a function only (the feature that needs one says
@@ -181,6 +181,19 @@ def test_the_wheel_holds_the_product_only(names: list[str], sources: dict[str, s
         if re.search(rf"\b{word}\b", text)
     }
     assert not mentions, f"product sources name test tooling ({mentions}); {WHY}"
+
+
+SECOND_CLIENT = ("ApiException", "ApiClient", "call_api", "urllib3", "rawapi", "request_json")
+"""What marks a second HTTP client in the product, which has one: `gangsched.session.ApiSession`
+(the `kubernetes` package only loads the credentials into a `client.Configuration`). The sync
+admin helper of the tests is `gangsched_testing.rawapi`."""
+
+
+def test_the_product_has_one_http_client(sources: dict[str, str]) -> None:
+    found = sorted(
+        {f"{path}: {word}" for path, text in sources.items() for word in SECOND_CLIENT if word in text}
+    )
+    assert not found, f"a second HTTP client (or its error type) in the product: {found}"
 
 
 def test_the_wheel_does_not_depend_on_test_tooling_dependencies(declared: list[Requirement]) -> None:

@@ -7,13 +7,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 import gangsched.loop.scheduler as scheduler_module
 from gangsched.binder import BindOutcome, BindResult
 from gangsched.cluster import ClusterCache, LiveReader
 from gangsched.loop import Scheduler, SchedulerConfig
 from gangsched.model import BOUND_FOR_ANNOTATION, Pod
+from gangsched.session import ApiError, Listing
 from gangsched_testing.builders import node_manifest, pod_group_manifest, pod_manifest
 
 
@@ -72,11 +72,11 @@ class FakeTransport:
         parts = path.split("/")  # /api/v1/namespaces/NS/pods/NAME
         body = await self.binder.read_pod(parts[4], parts[6])
         if body is None:
-            raise ApiException(status=404, reason="Not Found")
+            raise ApiError(404, reason="Not Found")
         return body
 
-    async def list(self, path: str, **kwargs: Any) -> list[Any]:
-        return []
+    async def list(self, path: str, **kwargs: Any) -> Listing:
+        return Listing([], "1")
 
 
 def node(name: str, gpu: int = 8) -> dict[str, Any]:

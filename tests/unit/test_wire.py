@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kubernetes.client.exceptions import ApiException
 
 from gangsched.cluster import ClusterCache, LiveReader, wire
 from gangsched.cluster.informer import Informer, Resource, WatchHealth, _GoneError
@@ -228,7 +227,7 @@ class _Scheduler:
 
 class _Transport:
     async def call(self, method: str, path: str, **_: Any) -> Any:
-        raise ApiException(status=404)
+        raise ApiError(404)
 
 
 def _intake(*, delay: float = 0.0) -> tuple[Intake, ClusterCache]:

@@ -4,8 +4,9 @@ Why not kopf for these kinds: after a `410 Gone` kopf lists again and reports on
 exists, never a DELETED for what vanished meanwhile, so the cache would keep ghosts (pods
 holding capacity, nodes taking bindings) for good. An informer here
 
-- lists consistently (paginated, one resourceVersion) and hands the whole list to its sink,
-  which removes what the list no longer holds with the same effects as a DELETED event;
+- lists consistently (`session.list_all`: paginated, one resourceVersion) and hands the whole
+  list to its sink, which removes what the list no longer holds with the same effects as a
+  DELETED event;
 - watches from the list's resourceVersion with bookmarks, and resumes from the last version
   it saw after a disconnect or a server-side timeout;
 - lists again on 410 Gone (the version it holds was compacted away);
@@ -27,18 +28,17 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
 
 from gangsched.cluster.wire import Codec, codec_for
-from gangsched.session import ApiError, ApiSession
+from gangsched.session import ApiError, ApiSession, list_all
 
 log = logging.getLogger(__name__)
 
-_LIST_PAGE = 500
 # The apiserver ends a watch after timeoutSeconds; we then resume from the last version.
 _WATCH_SECONDS = 300
 # Bookmarks come about once a minute: a watch silent for longer than this is dead.
@@ -129,31 +129,6 @@ class WatchHealth:
         }
 
 
-async def list_all(session: ApiSession, resource: Resource) -> tuple[list[Mapping[str, Any]], str]:
-    """Every object of `resource` in one consistent (paginated) LIST, and its resourceVersion."""
-    items: list[Mapping[str, Any]] = []
-    decode = resource.decoder.page
-    token = ""
-    resource_version = ""
-    while True:
-        query = {**resource.query, "limit": str(_LIST_PAGE)}
-        if token:
-            query["continue"] = token
-        try:
-            page = await session.get(resource.path, query=query, decode=decode)
-        except ApiError as exc:
-            if exc.status == 410 and token:  # the continue token expired: start over
-                items, token, resource_version = [], "", ""
-                continue
-            raise
-        meta = page.get("metadata") or {}
-        resource_version = resource_version or str(meta.get("resourceVersion") or "")
-        items.extend(page.get("items") or [])
-        token = str(meta.get("continue") or "")
-        if not token:
-            return items, resource_version
-
-
 class _GoneError(Exception):
     """The watch's resourceVersion is too old (410): list again."""
 
@@ -209,7 +184,12 @@ class Informer:
                 delay = min(delay * 2, self.backoff_max)
 
     async def _list(self) -> None:
-        items, resource_version = await list_all(self.session, self.resource)
+        decode = self.resource.decoder.page
+
+        def get(path: str, query: Mapping[str, str]) -> Awaitable[Any]:
+            return self.session.get(path, query=query, decode=decode)
+
+        items, resource_version = await list_all(get, self.resource.path, self.resource.query)
         await self.sink.replace(items, resource_version)
         self.resource_version = resource_version
         self.health.listed(self.resource.kind)

@@ -15,13 +15,12 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from gangsched.cluster.cache import ClusterCache, Key
 from gangsched.cluster.devices import RESOURCE_CLAIMS, claim_path
 from gangsched.cluster.kinds import POD
 from gangsched.model import POD_GROUP_LABEL, TERMINAL_PHASES, ModelError
 from gangsched.model.pod import pod_group_of
+from gangsched.session import ApiError
 from gangsched.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -62,7 +61,7 @@ class LiveReader:
             result: Mapping[str, Any] = await self.transport.call(
                 "GET", f"/api/v1/namespaces/{namespace}/pods/{name}"
             )
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status == 404:
                 return None
             raise
@@ -72,7 +71,7 @@ class LiveReader:
         """A ResourceClaim read live (None when it does not exist)."""
         try:
             result: Mapping[str, Any] = await self.transport.call("GET", claim_path(namespace, name))
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status == 404:
                 return None
             raise
@@ -83,7 +82,7 @@ class LiveReader:
         path = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates/{name}"
         try:
             result: Mapping[str, Any] = await self.transport.call("GET", path)
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status == 404:
                 return None
             raise
@@ -102,8 +101,8 @@ class LiveReader:
             }
             if not self.cache.native_pod_groups:
                 query["labelSelector"] = POD_GROUP_LABEL
-            items = await self.transport.list("/api/v1/pods", query=query)
-            out += [item for item in items if _is_member(item)]
+            listed = await self.transport.list("/api/v1/pods", query=query)
+            out += [item for item in listed.items if _is_member(item)]
         return out
 
     async def refresh_pod(self, key: Key) -> Mapping[str, Any] | None:

@@ -13,25 +13,25 @@ use as the operator does (gangsched's wins, the native one is `shadowed`).
 `find_pod_group` looks one PodGroup up by namespace/name: gangsched's CRD first, then
 Kubernetes' own `scheduling.k8s.io/v1alpha2` PodGroups. Each API is one `PodGroupSource`.
 
-Every failure to connect or read is a `ClusterError` with a one-line message.
+Requests go through the operator's one client, paginator and discovery (`session`), on a
+thread of their own (`Cluster`): these commands are synchronous. Every failure to connect or
+read is a `ClusterError` with a one-line message.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import urllib3
+import aiohttp
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from gangsched import __version__, model
-from gangsched._rawapi import list_items, request_json
 from gangsched.cluster.cache import ClusterCache
 from gangsched.cluster.kinds import (
     BUDGET,
@@ -53,12 +53,15 @@ from gangsched.model import (
     PriorityClasses,
 )
 from gangsched.model.pod import pod_group_of
-from gangsched.transport import error_message
+from gangsched.session import ApiError, ApiSession, Get, Listing, SessionThread, list_all, serves
+
+T = TypeVar("T")
 
 # Seconds one request may take: a command line must not hang on an unreachable cluster.
 REQUEST_TIMEOUT = 20.0
 
 NATIVE_GROUP_VERSION = PodGroupApi.NATIVE.api_version
+DRA_GROUP_VERSION = "resource.k8s.io/v1"
 
 
 class ClusterError(Exception):
@@ -69,10 +72,39 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def connect(*, kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
-    """An API client as kubectl would make one: `kubeconfig`, else $KUBECONFIG (a list of
-    files, merged), else in-cluster (a pod's ServiceAccount) when no context is asked for,
-    else ~/.kube/config; `context` picks a context of the kubeconfig (default: its current)."""
+class Cluster:
+    """The cluster at `configuration.host`, read through one `session.ApiSession` on a thread
+    of its own; close it (or use it as a context manager) when done."""
+
+    def __init__(self, configuration: client.Configuration, *, user_agent: str) -> None:
+        self.host: str = configuration.host
+        self._thread = SessionThread(configuration, user_agent=user_agent, name="gangsched-read")
+
+    def run(self, use: Callable[[Get], Awaitable[T]]) -> T:
+        """`use(get)` with a GET bounded by REQUEST_TIMEOUT; wait for its result."""
+
+        def with_get(session: ApiSession) -> Awaitable[T]:
+            def get(path: str, query: Mapping[str, str]) -> Awaitable[Any]:
+                return session.get(path, query=query, timeout=REQUEST_TIMEOUT)
+
+            return use(get)
+
+        return self._thread.run(with_get)
+
+    def close(self) -> None:
+        self._thread.close()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(*, kubeconfig: str | None = None, context: str | None = None) -> Cluster:
+    """The cluster as kubectl would find it: `kubeconfig`, else $KUBECONFIG (a list of files,
+    merged), else in-cluster (a pod's ServiceAccount) when no context is asked for, else
+    ~/.kube/config; `context` picks a context of the kubeconfig (default: its current)."""
     configuration = client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG") or None
     try:
@@ -86,10 +118,7 @@ def connect(*, kubeconfig: str | None = None, context: str | None = None) -> cli
     except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
         where = f"kubeconfig {path}" if path else "the in-cluster configuration"
         raise ClusterError(f"cannot load {where}: {_one_line(str(exc)) or type(exc).__name__}") from None
-    configuration.retries = 1  # one retry of a dropped connection, not urllib3's three
-    api = client.ApiClient(configuration)
-    api.user_agent = f"gangsched-cli/{__version__}"
-    return api
+    return Cluster(configuration, user_agent=f"gangsched-cli/{__version__}")
 
 
 def remove_credential_files() -> None:
@@ -105,89 +134,98 @@ def remove_credential_files() -> None:
             cleanup()
 
 
-def _failure(api: client.ApiClient, what: str, exc: Exception) -> ClusterError:
-    host = api.configuration.host
-    if isinstance(exc, ApiException):
-        return ClusterError(f"cannot {what} on {host}: {exc.status} {_one_line(error_message(exc))}")
-    reason = getattr(exc, "reason", None) or exc
-    return ClusterError(f"cannot reach the cluster at {host} ({what}): {_one_line(str(reason))}")
+def _failure(cluster: Cluster, what: str, exc: Exception) -> ClusterError:
+    host = cluster.host
+    if isinstance(exc, ApiError):
+        return ClusterError(f"cannot {what} on {host}: {exc.status} {_one_line(exc.message)}")
+    reason = _one_line(str(exc)) or type(exc).__name__
+    return ClusterError(f"cannot reach the cluster at {host} ({what}): {reason}")
 
 
-_NETWORK_ERRORS = (urllib3.exceptions.HTTPError, OSError, TimeoutError)
+# What a request that never got an answer raises (aiohttp's connection errors are OSErrors too).
+_NETWORK_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
 
-def get(api: client.ApiClient, path: str, *, what: str) -> Any:
-    """GET `path`; None when it does not exist (404), a ClusterError on any other failure."""
+def _ask(cluster: Cluster, use: Callable[[Get], Awaitable[T]], *, what: str, missing: T, optional: bool) -> T:
+    """`cluster.run(use)`; `missing` on a 404 (and on a 403 when `optional`: not ours to
+    read); a ClusterError on any other failure."""
     try:
-        return request_json(api, "GET", path, timeout=REQUEST_TIMEOUT)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise _failure(api, what, exc) from None
+        return cluster.run(use)
+    except ApiError as exc:
+        if exc.status == 404 or (optional and exc.status == 403):
+            return missing
+        raise _failure(cluster, what, exc) from None
     except _NETWORK_ERRORS as exc:
-        raise _failure(api, what, exc) from None
+        raise _failure(cluster, what, exc) from None
+
+
+def get(cluster: Cluster, path: str, *, what: str) -> Any:
+    """GET `path`; None when it does not exist (404), a ClusterError on any other failure."""
+    return _ask(cluster, lambda get: get(path, {}), what=what, missing=None, optional=False)
 
 
 def _list(
-    api: client.ApiClient,
+    cluster: Cluster,
     path: str,
     *,
     what: str,
     query: Mapping[str, str] | None = None,
     optional: bool = False,
-) -> list[Any]:
-    """Every item of a LIST; [] when `optional` and the API is not served (404) or not ours to
-    read (403)."""
-    try:
-        return list_items(api, path, query=query)
-    except ApiException as exc:
-        if exc.status == 404 or (optional and exc.status == 403):
-            return []
-        raise _failure(api, what, exc) from None
-    except _NETWORK_ERRORS as exc:
-        raise _failure(api, what, exc) from None
+) -> Listing:
+    """Every item of a LIST and its resourceVersion (`session.list_all`); nothing when the API
+    is not served (404) or, when `optional`, not ours to read (403)."""
+    return _ask(
+        cluster, lambda get: list_all(get, path, query), what=what, missing=Listing([], ""), optional=optional
+    )
 
 
-def serves_native_pod_groups(api: client.ApiClient) -> bool:
-    """Does the API serve podgroups in scheduling.k8s.io/v1alpha2 (alpha in 1.36)? One
-    discovery GET; a 404 (the group/version is not served) is a plain no."""
-    found = get(api, f"/apis/{NATIVE_GROUP_VERSION}", what=f"discover {NATIVE_GROUP_VERSION}")
-    resources = (found or {}).get("resources") or []
-    return any(isinstance(r, Mapping) and r.get("name") == PLURAL for r in resources)
+def _serves(cluster: Cluster, group_version: str, *resources: str) -> bool:
+    """`session.serves`: a 404 is a plain no, any other failure a ClusterError."""
+    what = f"discover {group_version}"
+    return _ask(
+        cluster, lambda get: serves(get, group_version, *resources), what=what, missing=False, optional=False
+    )
 
 
-def read_cluster(api: client.ApiClient, *, dra: bool = True, native: bool | None = None) -> ClusterCache:
+def serves_native_pod_groups(cluster: Cluster) -> bool:
+    """Does the API serve podgroups in scheduling.k8s.io/v1alpha2 (alpha in 1.36)?"""
+    return _serves(cluster, NATIVE_GROUP_VERSION, PLURAL)
+
+
+def read_cluster(cluster: Cluster, *, dra: bool = True, native: bool | None = None) -> ClusterCache:
     """The cluster as the operator's cache would hold it after its first LISTs. Native
     PodGroups are listed when `native` (None: when the API serves them, asked once here)."""
     cache = ClusterCache()
-    # LIST pages of one kind carry no resourceVersion here: "" replaces whatever is held
-    # (nothing, in a new cache), exactly as an informer's first LIST does.
-    cache.replace(
-        "priorityclasses",
-        _list(api, "/apis/scheduling.k8s.io/v1/priorityclasses", what="list priorityclasses"),
-        "",
-    )
-    cache.replace("nodes", _list(api, "/api/v1/nodes", what="list nodes"), "")
+
+    def load(kind: str, listed: Listing) -> None:
+        # What is held (nothing, in a new cache) is replaced as of the LIST's
+        # resourceVersion, exactly as an informer's first LIST does.
+        cache.replace(kind, listed.items, listed.resource_version)
+
+    path = "/apis/scheduling.k8s.io/v1/priorityclasses"
+    load("priorityclasses", _list(cluster, path, what="list priorityclasses"))
+    load("nodes", _list(cluster, "/api/v1/nodes", what="list nodes"))
     query = {"fieldSelector": LIVE_PODS_SELECTOR}
-    cache.replace("pods", _list(api, "/api/v1/pods", what="list pods", query=query), "")
-    cache.replace(
-        POD_GROUP.name, _list(api, f"/apis/{GROUP}/{VERSION}/{PLURAL}", what=f"list {PLURAL}.{GROUP}"), ""
-    )
+    load("pods", _list(cluster, "/api/v1/pods", what="list pods", query=query))
+    load(POD_GROUP.name, _list(cluster, f"/apis/{GROUP}/{VERSION}/{PLURAL}", what=f"list {PLURAL}.{GROUP}"))
     if native is None:
-        native = serves_native_pod_groups(api)
+        native = serves_native_pod_groups(cluster)
     if native:
         cache.native_pod_groups = True
         path = f"/apis/{NATIVE_GROUP_VERSION}/{PLURAL}"
         # Optional: a user who may not list them still gets gangsched's PodGroups explained.
-        items = _list(api, path, what=f"list {PodGroupApi.NATIVE.resource}", optional=True)
-        cache.replace(NATIVE_POD_GROUP.name, items, "")
-    budgets = _list(api, "/apis/policy/v1/poddisruptionbudgets", what="list pdbs", optional=True)
-    cache.replace(BUDGET.name, budgets, "")
-    if dra and get(api, "/apis/resource.k8s.io/v1", what="discover resource.k8s.io/v1") is not None:
+        load(
+            NATIVE_POD_GROUP.name,
+            _list(cluster, path, what=f"list {PodGroupApi.NATIVE.resource}", optional=True),
+        )
+    load(BUDGET.name, _list(cluster, "/apis/policy/v1/poddisruptionbudgets", what="list pdbs", optional=True))
+    kinds = (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS)
+    if dra and _serves(cluster, DRA_GROUP_VERSION, *kinds):
         cache.devices.enabled = True
-        for kind in (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS):
-            items = _list(api, f"/apis/resource.k8s.io/v1/{kind}", what=f"list {kind}", optional=True)
-            cache.replace(kind, items, "")
+        for kind in kinds:
+            load(
+                kind, _list(cluster, f"/apis/{DRA_GROUP_VERSION}/{kind}", what=f"list {kind}", optional=True)
+            )
     return cache
 
 
@@ -200,7 +238,7 @@ def _names_group(item: Mapping[str, Any], name: str, group_api: PodGroupApi) -> 
 
 
 def read_members(
-    api: client.ApiClient,
+    cluster: Cluster,
     cache: ClusterCache,
     namespace: str,
     name: str,
@@ -215,7 +253,7 @@ def read_members(
     else:
         queries = [{"fieldSelector": f"status.phase={phase}"} for phase in sorted(model.TERMINAL_PHASES)]
     for query in queries:
-        for item in _list(api, path, what="list pods", query=query):
+        for item in _list(cluster, path, what="list pods", query=query).items:
             if (item.get("status") or {}).get("phase") in model.TERMINAL_PHASES and _names_group(
                 item, name, group_api
             ):
@@ -233,15 +271,15 @@ class FoundPodGroup:
 
 
 # One API serving PodGroups: the PodGroup namespace/name from it, or None when it has none.
-PodGroupSource = Callable[[client.ApiClient, str, str, PriorityClasses], FoundPodGroup | None]
+PodGroupSource = Callable[[Cluster, str, str, PriorityClasses], FoundPodGroup | None]
 
 
 def crd_pod_group(
-    api: client.ApiClient, namespace: str, name: str, priorities: PriorityClasses
+    cluster: Cluster, namespace: str, name: str, priorities: PriorityClasses
 ) -> FoundPodGroup | None:
     """gangsched's own PodGroup (scheduling.gangsched.io/v1alpha1)."""
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
-    body = get(api, path, what=f"get {PLURAL}.{GROUP} {namespace}/{name}")
+    body = get(cluster, path, what=f"get {PLURAL}.{GROUP} {namespace}/{name}")
     if body is None:
         return None
     return FoundPodGroup(
@@ -250,12 +288,12 @@ def crd_pod_group(
 
 
 def native_pod_group(
-    api: client.ApiClient, namespace: str, name: str, priorities: PriorityClasses
+    cluster: Cluster, namespace: str, name: str, priorities: PriorityClasses
 ) -> FoundPodGroup | None:
     """Kubernetes' PodGroup (scheduling.k8s.io/v1alpha2), when the API serves it (404 covers
     both "no such API" and "no such object")."""
     path = f"/apis/{NATIVE_GROUP_VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
-    body = get(api, path, what=f"get {PodGroupApi.NATIVE.resource} {namespace}/{name}")
+    body = get(cluster, path, what=f"get {PodGroupApi.NATIVE.resource} {namespace}/{name}")
     if body is None:
         return None
     group = model.parse_native_pod_group(body, priorities=priorities)
@@ -266,7 +304,7 @@ POD_GROUP_SOURCES: tuple[PodGroupSource, ...] = (crd_pod_group, native_pod_group
 
 
 def find_pod_group(
-    api: client.ApiClient,
+    cluster: Cluster,
     namespace: str,
     name: str,
     priorities: PriorityClasses,
@@ -274,7 +312,7 @@ def find_pod_group(
 ) -> FoundPodGroup | None:
     """The PodGroup namespace/name from the first API that has it; None when none does."""
     for source in sources:
-        found = source(api, namespace, name, priorities)
+        found = source(cluster, namespace, name, priorities)
         if found is not None:
             return found
     return None

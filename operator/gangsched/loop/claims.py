@@ -35,8 +35,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from gangsched.binder import (
     Binder,
     claim_deallocate_patch,
@@ -57,7 +55,7 @@ from gangsched.loop.report import Reporter
 from gangsched.model import PLURAL, EventReason, Pod, PodGroup
 from gangsched.model.dra import ResourceClaim
 from gangsched.model.pod import PodClaim
-from gangsched.transport import error_message
+from gangsched.session import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -341,13 +339,13 @@ class ClaimStep:
                     reserved_for=[*reserved, *(c.to_json() for c in adding)],
                 )
                 body = await self.binder.patch_claim(*w.key, patch, status=True)
-            except ApiException as exc:
+            except ApiError as exc:
                 if exc.status == 409:
                     claim = await self._reread(w.key)
                     continue
                 if exc.status == 404:
                     return f"ResourceClaim {w.name} was deleted"
-                return f"ResourceClaim {w.name}: {error_message(exc)}"
+                return f"ResourceClaim {w.name}: {exc.message}"
             self.cache.wrote_claim(group, body)
             w.allocated = w.allocated or allocating
             w.reserved.extend(p.uid for p in adding)
@@ -447,7 +445,7 @@ class ClaimStep:
                     body = await self.binder.patch_claim(*key, patch)
                     self.cache.wrote_claim(group, body)
                 return
-            except ApiException as exc:
+            except ApiError as exc:
                 if exc.status == 404:
                     return
                 if exc.status != 409:
@@ -529,4 +527,4 @@ def _ours(claim: ResourceClaim, w: ClaimWork) -> bool:
 
 
 def _detail(exc: Exception) -> str:
-    return error_message(exc) if isinstance(exc, ApiException) else f"{type(exc).__name__}: {exc}"
+    return exc.message if isinstance(exc, ApiError) else f"{type(exc).__name__}: {exc}"

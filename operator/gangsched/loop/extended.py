@@ -16,8 +16,6 @@ import dataclasses
 import logging
 from typing import Any, Final
 
-from kubernetes.client.exceptions import ApiException
-
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, Key
 from gangsched.cluster.devices import RESOURCE_CLAIMS
@@ -26,7 +24,7 @@ from gangsched.loop.pipeline import GangPlan
 from gangsched.model import Pod
 from gangsched.model.dra import DeviceClass
 from gangsched.model.pod import ExtendedRequest, PodClaim
-from gangsched.transport import error_message
+from gangsched.session import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +110,8 @@ class ExtendedClaims:
             else:
                 try:
                     created = await self.binder.create_claim(claim_body(pod, requests))
-                except ApiException as exc:
-                    return (
-                        f"pod {pod.name}: could not create its extended-resource claim: {error_message(exc)}"
-                    )
+                except ApiError as exc:
+                    return f"pod {pod.name}: could not create its extended-resource claim: {exc.message}"
                 self.cache.apply(RESOURCE_CLAIMS, "ADDED", created)
                 real = (pod.namespace, str(created["metadata"]["name"]))
             if provisional in allocations:
@@ -157,10 +153,8 @@ class ExtendedClaims:
             status = {"resourceClaimName": item.claim[1], "requestMappings": item.mappings}
             try:
                 await self.binder.patch_pod_status(item.pod, {"extendedResourceClaimStatus": status})
-            except ApiException as exc:
-                return (
-                    f"pod {item.pod.name}: could not record its extended-resource claim: {error_message(exc)}"
-                )
+            except ApiError as exc:
+                return f"pod {item.pod.name}: could not record its extended-resource claim: {exc.message}"
         return None
 
     async def discard(self, plan: GangPlan) -> None:
@@ -168,9 +162,9 @@ class ExtendedClaims:
         for item in self._made.pop(plan.key, []):
             try:
                 await self.binder.delete_claim(*item.claim)
-            except ApiException as exc:
+            except ApiError as exc:
                 if exc.status != 404:
-                    log.warning("could not delete ResourceClaim %s/%s: %s", *item.claim, error_message(exc))
+                    log.warning("could not delete ResourceClaim %s/%s: %s", *item.claim, exc.message)
 
     def done(self, plan: GangPlan) -> None:
         self._made.pop(plan.key, None)

@@ -32,15 +32,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from kubernetes.client.exceptions import ApiException
-
 from gangsched.binder import Binder, pod_group_ref
 from gangsched.cluster import ClusterCache, Key, LiveReader
 from gangsched.loop.claims import ClaimStep
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.report import Reporter
 from gangsched.model import GROUP, PLURAL, VERSION, EventReason, PodGroup
-from gangsched.transport import error_message
+from gangsched.session import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -148,10 +146,10 @@ class GroupClaims:
                     "created ResourceClaim %s/%s for PodGroup %s from %s", *claim, group.name, template_name
                 )
                 return
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status == 409:
                 return  # exists already: the watch brings it
-            problem = f"could not create ResourceClaim {claim[1]} from {template_name}: {error_message(exc)}"
+            problem = f"could not create ResourceClaim {claim[1]} from {template_name}: {exc.message}"
         if problem and self._reported.get(claim) != problem:
             self._reported[claim] = problem
             ref = pod_group_ref(group.namespace, group.name, group.uid)
@@ -188,9 +186,9 @@ class GroupClaims:
         try:
             await self.binder.delete_claim(*key)
             log.info("deleted ResourceClaim %s/%s: its PodGroup ended", *key)
-        except ApiException as exc:
+        except ApiError as exc:
             if exc.status != 404:
-                log.warning("could not delete ResourceClaim %s/%s: %s", *key, error_message(exc))
+                log.warning("could not delete ResourceClaim %s/%s: %s", *key, exc.message)
 
 
 def _owner_name(claim: str, uid: str, cache: ClusterCache) -> str:

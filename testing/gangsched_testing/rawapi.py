@@ -1,4 +1,9 @@
-"""Raw JSON calls through a ``kubernetes.client.ApiClient``.
+"""Synchronous raw JSON calls through a ``kubernetes.client.ApiClient``: the admin helper of
+the tests, benchmarks and demos (create objects, list them, wait for them).
+
+Test tooling only: the product has one client, `gangsched.session.ApiSession`, and never
+imports this (tests/unit/test_packaging.py checks the wheel). Plain blocking calls suit the
+tests, which run no event loop, and a fixture's requests never share the operator's client.
 
 The generated client (37.x) parses every answer into pydantic models: some answers do not
 fit (a Binding returns a Status), the models forbid fields newer than the client, and the
@@ -10,14 +15,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any
 from urllib.parse import urlencode
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-MERGE_PATCH: Final = "application/merge-patch+json"
-STRATEGIC_MERGE_PATCH: Final = "application/strategic-merge-patch+json"
+from gangsched.session import MERGE_PATCH, STRATEGIC_MERGE_PATCH
+
+__all__ = ["MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "list_items", "request_json"]
 
 
 def _url(path: str, query: Mapping[str, str | int | bool] | None) -> str:
