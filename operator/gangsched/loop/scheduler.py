@@ -4,7 +4,8 @@ Each cycle: pick the groups that may be decided now (the queue's backoff is over
 cache has caught up with our own writes for them, else read live), run the engine on a
 snapshot of the cache in a worker thread, record verdicts, and start the binding pipeline
 for each decided gang as a background task; then repair partial gangs and write statuses.
-Any cluster change wakes the loop. docs/architecture.md has the why.
+Any cluster change wakes the loop. docs/architecture.md has the why. `liveness` tells
+`/healthz` when the loop has stopped deciding.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gangsched.engine import CycleResult, Reservation, schedule_cycle
 from gangsched.loop.claims import ClaimStep
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.groupclaims import GroupClaims
+from gangsched.loop.liveness import Liveness
 from gangsched.loop.pipeline import BindingPipeline, GangPlan, PreBindStep
 from gangsched.loop.preempt import Preemptions
 from gangsched.loop.queue import SchedulingQueue
@@ -37,6 +39,8 @@ log = logging.getLogger(__name__)
 _CLAIM_SCAN_SECONDS = 1.0
 # Every this many cycles, state about vanished pods and groups is dropped.
 _COLLECT_EVERY_CYCLES = 200
+# The loop looks at its own liveness at most this often (the probe whenever it is asked).
+_STALL_CHECK_SECONDS = 5.0
 
 
 class Scheduler:
@@ -107,6 +111,9 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._finished_synced = clock()
         self._claims_scanned = -_CLAIM_SCAN_SECONDS
+        # /healthz fails when placeable work is left undecided past the budget (loop.liveness).
+        self.liveness = Liveness(budget=self.config.stall_budget_seconds, clock=clock)
+        self._stall_checked = clock()
 
     # ------------------------------------------------------------------ wiring
 
@@ -126,6 +133,9 @@ class Scheduler:
                 await asyncio.wait_for(self._wake.wait(), timeout=1.0)
             self._wake.clear()
             self.heartbeat = self.clock()
+            if self.heartbeat - self._stall_checked >= _STALL_CHECK_SECONDS:
+                self._stall_checked = self.heartbeat
+                self.liveness.stalled()  # its line, even where nothing probes /healthz
             try:
                 await self.cycle()
             except asyncio.CancelledError:
@@ -150,20 +160,32 @@ class Scheduler:
         self.cycles += 1
         self.metrics.cycles.inc()
         now = self.clock()
+        self.liveness.cycle_started(now)
+        try:
+            await self._cycle(now)
+        finally:
+            self.liveness.cycle_ended()
+
+    async def _cycle(self, now: float) -> None:
         if self.cycles % _COLLECT_EVERY_CYCLES == 0:
             self._collect_garbage()
         if now - self._finished_synced > self.config.finished_resync_seconds:
             self._finished_synced = now
+            self.liveness.step = "the finished-pod resync"
             await self.live.resync_finished()
+        self.liveness.step = "selecting groups"
         exclude, ready = await self._select(now)
+        self.liveness.step = "repairing partial gangs"
         await self.repair.check(now)
         if now - self._claims_scanned >= _CLAIM_SCAN_SECONDS:
             # Both walk every claim of the cluster: not on every cycle of a busy loop.
             self._claims_scanned = now
+            self.liveness.step = "the claim sweep"
             if self.cache.devices.claims:
                 await self.claims.sweep(self.queue.binding, self._schedule_timeout)
             await self.group_claims.sync()
         if ready:
+            self.liveness.step = "the engine"
             # What the snapshot saw: events applied while the engine runs count as changes after it.
             seen_generation = self.cache.generation
             started = time.perf_counter()
@@ -193,6 +215,7 @@ class Scheduler:
             self.reservations = {r.owner: r for r in result.reservations}
             self._apply(result, now, seen_generation)
             self.preemptions.review(result.decisions)
+        self.liveness.step = "status writes"
         await self.reporter.write_statuses()
 
     def _schedule_timeout(self, group: Key) -> float:
@@ -227,6 +250,8 @@ class Scheduler:
             group = cache.group_of(pod)  # None: alone, or naming the other API's PodGroup
             key, is_group = (group, True) if group is not None else (pod.key, False)
             pending_by_group.setdefault((key, is_group), []).append(pod)
+        in_scope = [key for key, _ in pending_by_group if self.config.in_scope(key[0])]
+        self.liveness.waiting((key for key in in_scope if not self.queue.binding(key)), now)
         exclude: set[Key] = set()
         ready = False
         for (key, is_group), members in pending_by_group.items():
@@ -268,6 +293,7 @@ class Scheduler:
         for decision in result.decisions:
             self.metrics.decisions.labels(reason=decision.reason.value).inc()
             key = decision.key
+            self.liveness.decided(key, binding=decision.scheduled)
             if decision.scheduled:
                 self.queue.scheduled(key)
                 self.reporter.set_verdict(
