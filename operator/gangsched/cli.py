@@ -253,8 +253,9 @@ RUN_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     type=click.FloatRange(min=0),
     default=120.0,
     show_default=True,
-    help="Seconds a group with pending pods may go undecided (or a cycle run) before /healthz "
-    "fails; 0: off. Above 70: a healthy loop decides every waiting group at least once a minute.",
+    help="Seconds a group with pending pods may go undecided (or a cycle run; a gang be bound: "
+    "600 s more) before /healthz fails; 0: off. Above 70: a healthy loop decides every waiting "
+    "group at least once a minute.",
 )
 # Fault injection for tests only (hidden): see gangsched.loop.config.Faults.
 @click.option(

@@ -449,7 +449,7 @@ def test_a_gang_left_undecided_past_the_stall_budget_fails_liveness_once(
         clock.now += 10.0
         reason = sched.liveness.stalled()
         assert reason is not None
-        assert "1 group(s) with pending pods not decided for over 120s (ml/g for 130s)" in reason
+        assert reason == "group(s) with pending pods not decided for over 120s: 1 (ml/g for 130s)"
         assert sched.liveness.stalled() == reason  # asked again (every probe): still failing ...
         stalls = [r for r in caplog.records if "scheduling loop stalled" in r.getMessage()]
         assert len(stalls) == 1  # ... but said once
@@ -496,6 +496,43 @@ def test_a_cycle_stuck_past_the_stall_budget_fails_liveness(monkeypatch: pytest.
         await settle(sched)
         assert sched.liveness.stalled() is None
         assert binder.bound == [("g-0", "n1")]
+
+    asyncio.run(scenario())
+
+
+def test_a_gang_whose_binding_hangs_past_the_binding_timeout_is_a_stall() -> None:
+    """A gang being bound is not waiting for a decision, and may wait for its devices'
+    binding conditions (600 s); a pipeline still running past that plus the budget hangs."""
+
+    class HangingBinder(FakeBinder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = asyncio.Event()
+
+        async def bind_all(
+            self, assignments: Sequence[tuple[Pod, str]], *, group_uid: str = ""
+        ) -> list[BindResult]:
+            await self.release.wait()
+            return await super().bind_all(assignments, group_uid=group_uid)
+
+    async def scenario() -> None:
+        clock = Clock()
+        cache = ClusterCache()
+        binder = HangingBinder()
+        sched = make(cache, binder, clock)
+        cache.apply_node("ADDED", node("n1"))
+        cache.apply_pod_group("ADDED", group(1))
+        cache.apply_pod("ADDED", pod("g-0", 10))
+        await sched.cycle()
+        clock.now += 700.0  # waiting for binding conditions could take this long
+        await sched.cycle()
+        assert sched.liveness.stalled() is None
+        clock.now += 21.0
+        assert sched.liveness.stalled() == "gang(s) being bound for over 720s: 1 (ml/g for 721s)"
+        binder.release.set()
+        await settle(sched)
+        assert binder.bound == [("g-0", "n1")]
+        assert sched.liveness.stalled() is None
 
     asyncio.run(scenario())
 

@@ -112,7 +112,11 @@ class Scheduler:
         self._finished_synced = clock()
         self._claims_scanned = -_CLAIM_SCAN_SECONDS
         # /healthz fails when placeable work is left undecided past the budget (loop.liveness).
-        self.liveness = Liveness(budget=self.config.stall_budget_seconds, clock=clock)
+        self.liveness = Liveness(
+            budget=self.config.stall_budget_seconds,
+            clock=clock,
+            binding_limit=self.config.binding_timeout_seconds + self.config.stall_budget_seconds,
+        )
         self._stall_checked = clock()
 
     # ------------------------------------------------------------------ wiring
@@ -323,6 +327,7 @@ class Scheduler:
             await self.pipeline.run(plan)
         finally:
             self.queue.bound(plan.key)
+            self.liveness.bound(plan.key)
             self.reporter.binding_done(plan.key)
             self.wake()
 
