@@ -143,7 +143,15 @@ RUN_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "Observability",
-        ("liveness_port", "metrics_port", "bind_address", "watch_budget", "log_format", "verbose"),
+        (
+            "liveness_port",
+            "metrics_port",
+            "bind_address",
+            "watch_budget",
+            "stall_budget",
+            "log_format",
+            "verbose",
+        ),
     ),
     ("Performance", ("concurrency",)),
 )
@@ -243,6 +251,15 @@ RUN_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     show_default=True,
     help="Seconds a watch may be down before /healthz fails.",
 )
+@click.option(
+    "--stall-budget",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    help="Seconds a group with pending pods may go undecided (or a cycle run; a gang be bound: "
+    "600 s more) before /healthz fails; 0: off. Above 70: a healthy loop decides every waiting "
+    "group at least once a minute.",
+)
 # Fault injection for tests only (hidden): see gangsched.loop.config.Faults.
 @click.option(
     "--fault-bind-delay-seconds",
@@ -291,6 +308,14 @@ def _run_options(opts: dict[str, Any]) -> Any:
             "leader election is off (--no-leader-elect): only one gangsched instance may run "
             "against this cluster, or they will bind the same capacity twice"
         )
+    stall_budget = opts["stall_budget"]
+    defaults = SchedulerConfig()
+    minimum = defaults.resync_seconds + defaults.backoff_max_seconds
+    if 0 < stall_budget <= minimum:
+        raise click.UsageError(
+            f"--stall-budget must be 0 (off) or above {minimum:g}: a healthy loop leaves an "
+            f"unschedulable group undecided for up to {minimum:g}s while nothing changes"
+        )
     faults = Faults(
         bind_delay_seconds=opts["fault_bind_delay_seconds"],
         watch_delay_seconds=opts["fault_watch_delay_seconds"],
@@ -301,6 +326,7 @@ def _run_options(opts: dict[str, Any]) -> Any:
             namespaces=frozenset(opts["namespaces"]) if opts["namespaces"] else None,
             pod_events=opts["pod_events"],
             reservation_after_seconds=opts["reservation_after"],
+            stall_budget_seconds=stall_budget,
             faults=faults,
         ),
         kubeconfig=opts["kubeconfig"],

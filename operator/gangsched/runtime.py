@@ -14,8 +14,8 @@ Lifecycle: at startup the watches begin (a standby keeps its cache warm but neve
 writes); the main task waits for the Lease when leader election is on, then for every watch
 to have listed once, then runs the loop. Losing the Lease fences the loop and exits, so the
 Deployment restarts the replica as a standby. The liveness endpoint fails while the loop has
-stopped or a watch has been down longer than its budget, so Kubernetes restarts a replica
-that cannot recover.
+stopped or stalled (placeable work left undecided past `--stall-budget`), or a watch has been
+down longer than its budget, so Kubernetes restarts a replica that cannot recover.
 """
 
 from __future__ import annotations
@@ -305,6 +305,9 @@ def _problems(op: Operator) -> list[str]:
     problems = []
     if op.tasks and op.tasks[0].done():
         problems.append("the scheduling loop has stopped")
+    stalled = op.scheduler.liveness.stalled()  # None on a standby: its loop does not run
+    if stalled is not None:
+        problems.append(f"the scheduling loop is stalled: {stalled}")
     problems += op.health.problems(op.options.watch_budget_seconds)
     return problems
 

@@ -5,6 +5,7 @@ claims, and every allocated claim reserved only for consumers that exist."""
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -656,3 +657,60 @@ def test_an_extended_resource_backed_by_a_device_class_gets_a_claim(
         check_claims(admin_api)
     finally:
         request_json(admin_api, "DELETE", f"{fakedra.CLASSES_PATH}/{mapped['metadata']['name']}")
+
+
+EMPTY_STARTS = 6
+
+
+def primed_without_nodes(op: Operator) -> Callable[[], bool]:
+    return lambda: "cache primed: 0 nodes," in op.log_text()
+
+
+def test_started_on_an_empty_cluster_it_binds_what_arrives_after(
+    admin_api: client.ApiClient,
+    core_v1: client.CoreV1Api,
+    operator_factory: OperatorFactory,
+) -> None:
+    """Issue 23.6: started before any node, slice, pod or PodGroup exists (the DRA kinds
+    served), then a gang arrives, then nodes and their slices, then more gangs: every gang
+    binds, start after start. The arrivals are spread over the operator's first seconds
+    (its first LISTs empty, its watches just opened), at times drawn per start."""
+    rng = random.Random(236)
+    for start in range(EMPTY_STARTS):
+        fakenodes.delete_nodes(api=admin_api)  # empty: no node and no slice of earlier tests
+        fakedra.unpublish(admin_api)
+        namespace = f"empty-{start}-{uuid.uuid4().hex[:5]}"
+        core_v1.create_namespace(body=client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+        op = operator_factory(wait=False)
+        try:
+            wait_until(primed_without_nodes(op), timeout=60, what="the operator primed, with no node")
+            create(admin_api, namespace, dra.claim_template(namespace, "one-gpu", dra.request("gpu")))
+            time.sleep(rng.uniform(0.0, 1.5))
+            groups = ["g0"]  # the first one before any node
+            create_pod_group(admin_api, namespace, pod_group_manifest("g0", 2))
+            create_pods(admin_api, namespace, gang("g0", 2, {"gpu": "template:one-gpu"}))
+            time.sleep(rng.uniform(0.0, 1.5))
+            names = fakenodes.create_nodes(
+                api=admin_api, spec=fakenodes.NodeSet(count=3, name_prefix=f"{namespace}-")
+            )
+            time.sleep(rng.uniform(0.0, 1.0))
+            fakedra.ensure_device_classes(admin_api)
+            fakedra.publish(admin_api, fakedra.NodeDevices(gpus=4), names)
+            for group in ("g1", "g2", "g3"):
+                time.sleep(rng.uniform(0.0, 1.0))
+                create_pod_group(admin_api, namespace, pod_group_manifest(group, 2))
+                create_pods(admin_api, namespace, gang(group, 2, {"gpu": "template:one-gpu"}))
+                groups.append(group)
+            for group in groups:
+                wait_until(
+                    all_bound(admin_api, namespace, group, 2),
+                    timeout=30,
+                    what=f"start {start}: {group} bound\n{op.tail(20)}",
+                )
+            check_claims(admin_api)
+            assert op.alive()
+        finally:
+            op.stop()
+            devcluster.delete_namespace(admin_api, name=namespace)
+    fakenodes.delete_nodes(api=admin_api)
+    fakedra.unpublish(admin_api)

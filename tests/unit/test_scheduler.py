@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -425,3 +426,156 @@ def test_every_cycle_gets_the_schedulers_own_device_caches(monkeypatch: pytest.M
         assert seen[0] is seen[1] is sched.device_caches
 
     asyncio.run(scenario())
+
+
+# ---------------------------------------------------------------------- liveness (issue 23.6)
+
+
+def test_a_quiet_unschedulable_gang_never_counts_as_a_stall(caplog: pytest.LogCaptureFixture) -> None:
+    """Nothing changes for 10 minutes: the loop still decides the gang that does not fit at
+    least once per resync, so a healthy loop never trips the 120 s budget."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        cache = ClusterCache()
+        binder = FakeBinder()
+        sched = make(cache, binder, clock)
+        cache.apply("nodes", "ADDED", node("n1"))
+        cache.apply("podgroups", "ADDED", group(2))
+        cache.apply("pods", "ADDED", pod("g-0", 10, gpu=16))  # no node has 16 GPUs
+        cache.apply("pods", "ADDED", pod("g-1", 11, gpu=16))
+        for _ in range(600):
+            await sched.cycle()
+            await settle(sched)
+            assert sched.liveness.stalled() is None
+            clock.now += 1.0
+        assert binder.bound == []
+
+    asyncio.run(scenario())
+    assert "stalled" not in caplog.text
+
+
+def test_a_gang_left_undecided_past_the_stall_budget_fails_liveness_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """However the loop got stuck (here: a queue that never finds the gang due, as a lost
+    wake-up would), a gang that fits and waits undecided past the budget makes the loop
+    stalled, named with how long, in one log line; deciding it again clears it."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        cache = ClusterCache()
+        binder = FakeBinder()
+        sched = make(cache, binder, clock)
+        monkeypatch.setattr(sched.queue, "due", lambda *_: False)
+        cache.apply("nodes", "ADDED", node("n1"))
+        cache.apply("podgroups", "ADDED", group(1))
+        cache.apply("pods", "ADDED", pod("g-0", 10))
+        for _ in range(12):
+            await sched.cycle()
+            clock.now += 10.0
+        assert sched.liveness.stalled() is None  # 120 s: not yet over the budget
+        await sched.cycle()
+        clock.now += 10.0
+        reason = sched.liveness.stalled()
+        assert reason is not None
+        assert reason == "group(s) with pending pods not decided for over 120s: 1 (ml/g for 130s)"
+        assert sched.liveness.stalled() == reason  # asked again (every probe): still failing ...
+        stalls = [r for r in caplog.records if "scheduling loop stalled" in r.getMessage()]
+        assert len(stalls) == 1  # ... but said once
+        assert stalls[0].levelname == "ERROR"
+        monkeypatch.undo()
+        await sched.cycle()
+        await settle(sched)
+        assert binder.bound == [("g-0", "n1")]
+        assert sched.liveness.stalled() is None
+
+    asyncio.run(scenario())
+
+
+def test_a_cycle_stuck_past_the_stall_budget_fails_liveness(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cycle that never ends (the engine, or a request, hanging) is a stall too, with the
+    step it hangs in."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        cache = ClusterCache()
+        binder = FakeBinder()
+        sched = make(cache, binder, clock)
+        cache.apply("nodes", "ADDED", node("n1"))
+        cache.apply("podgroups", "ADDED", group(1))
+        cache.apply("pods", "ADDED", pod("g-0", 10, gpu=16))
+        await sched.cycle()  # a first, normal cycle: the loop runs
+        assert sched.liveness.stalled() is None
+        release = threading.Event()
+        real = scheduler_module.schedule_cycle
+
+        def hanging_engine(**kwargs: Any) -> Any:
+            release.wait(10)
+            return real(**kwargs)
+
+        monkeypatch.setattr(scheduler_module, "schedule_cycle", hanging_engine)
+        cache.apply("pods", "MODIFIED", pod("g-0", 11, gpu=8))  # a change: the gang is due again
+        clock.now += 1.0  # once its backoff has passed
+        stuck = asyncio.get_running_loop().create_task(sched.cycle())
+        await asyncio.sleep(0.05)
+        clock.now += 121.0
+        assert sched.liveness.stalled() == "a scheduling cycle has been running for 121s (in the engine)"
+        release.set()
+        await stuck
+        await settle(sched)
+        assert sched.liveness.stalled() is None
+        assert binder.bound == [("g-0", "n1")]
+
+    asyncio.run(scenario())
+
+
+def test_a_gang_whose_binding_hangs_past_the_binding_timeout_is_a_stall() -> None:
+    """A gang being bound is not waiting for a decision, and may wait for its devices'
+    binding conditions (600 s); a pipeline still running past that plus the budget hangs."""
+
+    class HangingBinder(FakeBinder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = asyncio.Event()
+
+        async def bind_all(
+            self, assignments: Sequence[tuple[Pod, str]], *, group_uid: str = ""
+        ) -> list[BindResult]:
+            await self.release.wait()
+            return await super().bind_all(assignments, group_uid=group_uid)
+
+    async def scenario() -> None:
+        clock = Clock()
+        cache = ClusterCache()
+        binder = HangingBinder()
+        sched = make(cache, binder, clock)
+        cache.apply("nodes", "ADDED", node("n1"))
+        cache.apply("podgroups", "ADDED", group(1))
+        cache.apply("pods", "ADDED", pod("g-0", 10))
+        await sched.cycle()
+        clock.now += 700.0  # waiting for binding conditions could take this long
+        await sched.cycle()
+        assert sched.liveness.stalled() is None
+        clock.now += 21.0
+        assert sched.liveness.stalled() == "gang(s) being bound for over 720s: 1 (ml/g for 721s)"
+        binder.release.set()
+        await settle(sched)
+        assert binder.bound == [("g-0", "n1")]
+        assert sched.liveness.stalled() is None
+
+    asyncio.run(scenario())
+
+
+def test_a_standby_and_a_zero_budget_never_stall() -> None:
+    clock = Clock()
+    cache = ClusterCache()
+    sched = make(cache, FakeBinder(), clock)
+    cache.apply("podgroups", "ADDED", group(1))
+    cache.apply("pods", "ADDED", pod("g-0", 10))
+    clock.now += 1000
+    assert sched.liveness.stalled() is None  # no cycle ever ran: a standby
+    sched.liveness.budget = 0
+    asyncio.run(sched.cycle())
+    clock.now += 1000
+    assert sched.liveness.stalled() is None

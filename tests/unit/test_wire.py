@@ -11,6 +11,7 @@ field fails it until the field is added to `cluster.wire`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import types
@@ -568,3 +569,36 @@ def test_the_informer_still_tells_gone_from_other_errors() -> None:
         _read([event_line("ERROR", gone)])
     with pytest.raises(ApiError, match="500: boom"):
         _read([event_line("ERROR", {"kind": "Status", "code": 500, "message": "boom"})])
+
+
+def test_a_quiet_watch_is_ended_by_the_server_before_the_read_timeout() -> None:
+    """Issue 23.6: the apiserver sends no bookmark on a kind without events since it started,
+    so a healthy watch of a quiet kind is silent until timeoutSeconds; the read timeout must
+    outlast it, or every quiet watch is cut (and reported failed) instead of ending normally."""
+    asked: list[tuple[dict[str, str], float]] = []
+
+    class Session:
+        @contextlib.asynccontextmanager
+        async def stream(
+            self, path: str, *, query: Mapping[str, str], read_timeout: float
+        ) -> AsyncIterator[_Response]:
+            asked.append((dict(query), read_timeout))
+            yield _Response([])
+
+    informer = Informer(
+        session=Session(),  # type: ignore[arg-type]
+        resource=Resource("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses"),
+        sink=_Sink(),
+        health=WatchHealth(),
+    )
+    informer.resource_version = "7"
+    for _ in range(20):
+        asyncio.run(informer._watch())
+    timeouts = {int(query["timeoutSeconds"]) for query, _ in asked}
+    assert min(timeouts) >= 60
+    assert max(timeouts) <= 75
+    assert len(timeouts) > 1  # spread out, so watches opened together do not end together
+    for query, read_timeout in asked:
+        assert read_timeout >= int(query["timeoutSeconds"]) + 30
+        assert query["allowWatchBookmarks"] == "true"
+        assert query["resourceVersion"] == "7"

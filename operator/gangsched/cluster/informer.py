@@ -8,7 +8,8 @@ holding capacity, nodes taking bindings) for good. An informer here
   list to its sink, which removes what the list no longer holds with the same effects as a
   DELETED event;
 - watches from the list's resourceVersion with bookmarks, and resumes from the last version
-  it saw after a disconnect or a server-side timeout;
+  it saw after a disconnect or a server-side timeout (about a minute, so that a quiet watch
+  ends on the server's terms before the read timeout calls it dead);
 - lists again on 410 Gone (the version it holds was compacted away);
 - backs off exponentially (0.2 s to 5 s) on any error, forever, and says in `WatchHealth`
   since when it has been down, which the liveness probe turns into "unhealthy" past a budget;
@@ -39,10 +40,15 @@ from gangsched.session import ApiError, ApiSession, list_all
 
 log = logging.getLogger(__name__)
 
-# The apiserver ends a watch after timeoutSeconds; we then resume from the last version.
-_WATCH_SECONDS = 300
-# Bookmarks come about once a minute: a watch silent for longer than this is dead.
-_READ_TIMEOUT = 90.0
+# The apiserver ends a watch after timeoutSeconds (drawn per watch, so the watches opened
+# together do not all reconnect together); we then resume from the last version.
+_WATCH_SECONDS = (60, 75)
+# A watch silent this long past its timeoutSeconds is dead. Not less: the apiserver sends
+# bookmarks only for a kind it has seen an event of since it started, so on a fresh or quiet
+# cluster a healthy watch of PriorityClasses, DeviceClasses, ... carries nothing at all
+# until its timeout (with 300 s and a 90 s read timeout, every quiet watch was cut at 90 s
+# and reported failed).
+_READ_SLACK = 30.0
 
 
 class Sink(Protocol):
@@ -195,17 +201,18 @@ class Informer:
         self.health.listed(self.resource.kind)
 
     async def _watch(self) -> None:
+        seconds = random.randint(*_WATCH_SECONDS)
         query = {
             **self.resource.query,
             "watch": "true",
             "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(_WATCH_SECONDS),
+            "timeoutSeconds": str(seconds),
         }
         if self.resource_version:
             query["resourceVersion"] = self.resource_version
         try:
             async with self.session.stream(
-                self.resource.path, query=query, read_timeout=_READ_TIMEOUT
+                self.resource.path, query=query, read_timeout=seconds + _READ_SLACK
             ) as response:
                 self.health.up(self.resource.kind)
                 await self._read(response)

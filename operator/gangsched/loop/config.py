@@ -43,6 +43,12 @@ class SchedulerConfig:
     # are not handed out again, so the gang is placed elsewhere.
     binding_timeout_seconds: float = 600.0
     failed_device_hold_seconds: float = 300.0
+    # Liveness (loop.liveness): a group with pending pods the loop has not decided for this
+    # long, a cycle running this long, or a gang being bound this long past
+    # binding_timeout_seconds means the loop is stuck, and /healthz fails so the replica is
+    # restarted instead of idling. 0: off. Must exceed resync_seconds + backoff_max_seconds,
+    # the longest a waiting group goes undecided in a healthy loop.
+    stall_budget_seconds: float = 120.0
     faults: Faults = field(default_factory=Faults)
 
     def in_scope(self, namespace: str) -> bool:

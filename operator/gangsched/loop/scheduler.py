@@ -6,7 +6,8 @@ with our own writes for them: else a live read is started in the background), ru
 engine on a snapshot of the cache in a worker thread, record verdicts, and start the binding
 pipeline for each decided gang as a background task; then repair partial gangs and write
 statuses. Housekeeping runs on timers of its own (`Tasks.every`), never inside a cycle.
-Any cluster change wakes the loop. docs/architecture.md has the why.
+Any cluster change wakes the loop. docs/architecture.md has the why. `liveness` tells
+`/healthz` when the loop has stopped deciding.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gangsched.engine.queue import Queue, build_queue
 from gangsched.loop.claims import ClaimStep
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.groupclaims import GroupClaims
+from gangsched.loop.liveness import Liveness
 from gangsched.loop.pipeline import BindingPipeline, GangPlan, PreBindStep
 from gangsched.loop.preempt import Preemptions
 from gangsched.loop.queue import SchedulingQueue
@@ -40,6 +42,8 @@ log = logging.getLogger(__name__)
 _CLAIM_SCAN_SECONDS = 1.0
 # Every this many cycles, state about vanished pods and groups is dropped.
 _COLLECT_EVERY_CYCLES = 200
+# The loop looks at its own liveness at most this often (the probe whenever it is asked).
+_STALL_CHECK_SECONDS = 5.0
 
 
 class Scheduler:
@@ -112,6 +116,13 @@ class Scheduler:
         self._wake = asyncio.Event()
         # Groups whose pods are being read live (their watch lags behind our writes).
         self._catching_up: set[Key] = set()
+        # /healthz fails when placeable work is left undecided past the budget (loop.liveness).
+        self.liveness = Liveness(
+            budget=self.config.stall_budget_seconds,
+            clock=clock,
+            binding_limit=self.config.binding_timeout_seconds + self.config.stall_budget_seconds,
+        )
+        self._stall_checked = clock()
 
     # ------------------------------------------------------------------ wiring
 
@@ -137,6 +148,9 @@ class Scheduler:
                 await asyncio.wait_for(self._wake.wait(), timeout=1.0)
             self._wake.clear()
             self.heartbeat = self.clock()
+            if self.heartbeat - self._stall_checked >= _STALL_CHECK_SECONDS:
+                self._stall_checked = self.heartbeat
+                self.liveness.stalled()  # its line, even where nothing probes /healthz
             try:
                 await self.cycle()
             except asyncio.CancelledError:
@@ -177,14 +191,24 @@ class Scheduler:
         self.cycles += 1
         self.metrics.cycles.inc()
         now = self.clock()
+        self.liveness.cycle_started(now)
+        try:
+            await self._cycle(now)
+        finally:
+            self.liveness.cycle_ended()
+
+    async def _cycle(self, now: float) -> None:
         if self.cycles % _COLLECT_EVERY_CYCLES == 0:
             self._collect_garbage()
         if self.cache.pod_groups_synced():
+            self.liveness.step = "repairing partial gangs"
             await self.repair.check(now)
+        self.liveness.step = "building the queue"
         pods = self.cache.pods_for_engine()
         pod_groups = [g for k, g in self.cache.pod_groups.items() if self.config.in_scope(k[0])]
         queue = await self._ready_queue(pods, pod_groups, now)
         if queue.requests or queue.gated:
+            self.liveness.step = "the engine"
             # What the snapshot saw: events applied while the engine runs count as changes after it.
             seen_generation = self.cache.generation
             started = time.perf_counter()
@@ -214,6 +238,7 @@ class Scheduler:
             self.reservations = {r.owner: r for r in result.reservations}
             self._apply(result, now, seen_generation)
             self.preemptions.review(result.decisions)
+        self.liveness.step = "status writes"
         await self.reporter.write_statuses()
 
     def _schedule_timeout(self, group: Key) -> float:
@@ -251,6 +276,8 @@ class Scheduler:
         groups_synced = cache.pod_groups_synced()
         if not groups_synced:
             self.wake_later(0.1)
+        in_scope = [key for key, _ in queue.entries() if self.config.in_scope(key[0])]
+        self.liveness.waiting((key for key in in_scope if not self.queue.binding(key)), now)
         ready: set[tuple[Key, bool]] = set()
         for key, is_group in queue.entries():
             if is_group and not groups_synced:
@@ -299,6 +326,7 @@ class Scheduler:
         for decision in result.decisions:
             self.metrics.decisions.labels(reason=decision.reason.value).inc()
             key = decision.key
+            self.liveness.decided(key, binding=decision.scheduled)
             if decision.scheduled:
                 self.queue.scheduled(key)
                 self.reporter.set_verdict(
@@ -328,6 +356,7 @@ class Scheduler:
             await self.pipeline.run(plan)
         finally:
             self.queue.bound(plan.key)
+            self.liveness.bound(plan.key)
             self.reporter.binding_done(plan.key)
             self.wake()
 
