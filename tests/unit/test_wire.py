@@ -103,7 +103,10 @@ def rich_pod(*, native_group: bool = False) -> dict[str, Any]:
             "deletionTimestamp": "2026-01-01T00:01:00Z",
             "labels": labels,
             "annotations": {"scheduling.gangsched.io/bound-for-pod-group": "pg-uid", "other": "x"},
-            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j1"}],
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "c1"},
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j1", "controller": True},
+            ],
             "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {"f:containers": {}}}}],
         },
         "spec": spec,
@@ -319,12 +322,12 @@ def test_the_recorder_would_catch_a_field_the_projection_drops() -> None:
     body = wrap(rich_pod(), (), recorder)
     body["spec"].get("hostNetwork")
     body["status"]["containerStatuses"][0].get("ready")
-    dict(body["metadata"]["ownerReferences"][0])
+    dict(body["metadata"]["managedFields"][0])
     missing = set(_missing(recorder, wire.Pod))
     assert {
-        "metadata.ownerReferences",
-        "metadata.ownerReferences.[] (whole)",
-        "metadata.ownerReferences.[].uid",
+        "metadata.managedFields",
+        "metadata.managedFields.[] (whole)",
+        "metadata.managedFields.[].manager",
         "spec.hostNetwork",
         "status.containerStatuses",
         "status.containerStatuses.[].ready",

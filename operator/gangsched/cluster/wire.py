@@ -91,6 +91,8 @@ class ObjectMeta(TypedDict, total=False):
     labels: Any
     # BOUND_FOR_ANNOTATION on pods; a BOOKMARK's k8s.io/initial-events-end.
     annotations: Any
+    # A pod's controller: where an automatic gang's owner chain starts (model/owners.py).
+    ownerReferences: Any
 
 
 class Condition(TypedDict, total=False):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -20,6 +21,16 @@ POD_GROUP_LABEL = f"{GROUP}/pod-group"
 # Set on a pod through its Binding: the UID of the PodGroup incarnation we bound it for.
 BOUND_FOR_ANNOTATION = f"{GROUP}/bound-for-pod-group"
 DEFAULT_SCHEDULER_NAME = "gangsched"
+
+# Automatic gangs (model/owners.py): the label on every PodGroup gangsched creates for a
+# workload owner (it never adopts or changes one without it), and the annotations a user
+# puts on the top owner to tune or refuse its gang.
+MANAGED_BY_LABEL = f"{GROUP}/managed-by"
+MANAGED_BY_VALUE = "gangsched"
+MIN_COUNT_ANNOTATION = f"{GROUP}/min-count"
+TOPOLOGY_ANNOTATION = f"{GROUP}/topology"
+SCHEDULE_TIMEOUT_ANNOTATION = f"{GROUP}/schedule-timeout-seconds"
+GANG_ANNOTATION = f"{GROUP}/gang"
 MAX_TOPOLOGY_LEVELS = 5
 PODS = "pods"
 
@@ -95,6 +106,51 @@ def object_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     if not meta.get("name"):
         raise ModelError("metadata.name is required")
     return meta
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    """One entry of metadata.ownerReferences (an owner is always in the object's namespace)."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool = False
+
+    def manifest(self, *, block_owner_deletion: bool = True) -> dict[str, Any]:
+        """The ownerReference body, as the controller (controller: true) of a new object."""
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": block_owner_deletion,
+        }
+
+
+def controller_ref(meta: Mapping[str, Any]) -> OwnerRef | None:
+    """The controller among metadata.ownerReferences (the one with `controller: true`; the
+    apiserver allows at most one), None when there is none."""
+    refs = meta.get("ownerReferences")
+    if refs is None:
+        return None
+    if not isinstance(refs, list):
+        raise ModelError("metadata.ownerReferences must be a list")
+    for i, ref in enumerate(refs):
+        if not isinstance(ref, Mapping):
+            raise ModelError(f"metadata.ownerReferences[{i}] must be an object")
+        if ref.get("controller") is not True:
+            continue
+        fields = {}
+        for name in ("apiVersion", "kind", "name", "uid"):
+            value = ref.get(name)
+            if not isinstance(value, str) or not value:
+                raise ModelError(f"metadata.ownerReferences[{i}].{name} is required")
+            fields[name] = value
+        return OwnerRef(fields["apiVersion"], fields["kind"], fields["name"], fields["uid"], controller=True)
+    return None
 
 
 def str_map(value: Any, where: str) -> dict[str, str]:

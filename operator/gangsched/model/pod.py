@@ -18,7 +18,9 @@ from gangsched.model.common import (
     PODS,
     TERMINAL_PHASES,
     ModelError,
+    OwnerRef,
     PodGroupApi,
+    controller_ref,
     object_meta,
     quantities,
     str_map,
@@ -193,6 +195,9 @@ class Pod:
     # The API of the PodGroup `pod_group` names: native when the pod sets
     # spec.schedulingGroup.podGroupName, gangsched's when it carries POD_GROUP_LABEL.
     pod_group_api: PodGroupApi = PodGroupApi.GANGSCHED
+    # Its controller (metadata.ownerReferences, controller: true): where an automatic gang's
+    # owner chain starts (model/owners.py), None for a pod no controller made.
+    controller: OwnerRef | None = field(default=None, compare=False)
     _shape: PodShape | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -417,6 +422,7 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         started=str(status.get("startTime") or ""),
         labels=labels,
         pod_group_api=group_api,
+        controller=controller_ref(meta),
     )
 
 

@@ -1,0 +1,721 @@
+"""Automatic gangs: the pure rules that turn a pod and its chain of controller owners into a gang.
+
+Issue 24 ("Gangs from the workloads users already run"). A pod of ours (spec.schedulerName),
+without the pod-group label and without spec.schedulingGroup, whose chain of controller
+ownerReferences reaches a kind of `OWNER_KINDS`, belongs to the automatic gang of the
+*topmost* such owner in its chain: `gang_of` says which (an `AutomaticGang`), that the pod
+must wait (`Waiting`: a link of the chain is not known yet, or an annotation on the top owner
+is invalid; never bound alone), or that it is not in one (None: scheduled as today).
+`pod_group_manifest` is the PodGroup gangsched creates for it.
+
+Everything here is pure: owners are `Owner` views parsed at the boundary (`parse_owner`), and
+the chain is looked up through an `OwnerLookup` the cache will feed. The operator wiring (the
+watches, creating PodGroups, labelling pods, the Events) is not here; see docs/architecture.md
+"Where workload owners plug in".
+
+The chains the real controllers make (each read from the controller's source):
+
+- Job (kubernetes pkg/controller/job): pod -> Job.
+- JobSet (kubernetes-sigs/jobset, jobset_controller.go constructJob): pod -> Job -> JobSet.
+- TrainJob (kubeflow/trainer, the JobSet runtime plugin): pod -> Job -> JobSet -> TrainJob.
+- PyTorchJob/TFJob/XGBoostJob/PaddleJob (kubeflow/training-operator v1, common ReconcilePods):
+  pod -> the job.
+- MPIJob v2beta1 (kubeflow/mpi-operator, newLauncherJob/newWorker): workers -> MPIJob; the
+  launcher pod -> a batch/v1 Job -> MPIJob.
+- LeaderWorkerSet (kubernetes-sigs/lws): the leader pod -> the leader StatefulSet (named as the
+  LWS) -> LWS; a worker pod -> the group's worker StatefulSet (`<lws>-<group>`) -> the leader
+  pod -> the leader StatefulSet -> LWS. Every pod carries `leaderworkerset.sigs.k8s.io/name`
+  and `leaderworkerset.sigs.k8s.io/group-index` (the LWS pod webhook sets them), and a chain
+  through a StatefulSet or a Pod is only followed for such a pod (an ordinary StatefulSet's
+  pods are not a gang, and the cache need not hold every StatefulSet to say so).
+- RayCluster (ray-project/kuberay, raycluster_controller.go): pods -> RayCluster; a RayJob's
+  cluster -> RayJob (not a table kind, so the RayCluster is the top); a RayJob's submitter
+  Job -> RayJob: a one-pod Job, not a gang.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import ValidationError
+
+from gangsched.model.common import (
+    DEFAULT_SCHEDULER_NAME,
+    GANG_ANNOTATION,
+    GROUP,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    MIN_COUNT_ANNOTATION,
+    NAMESPACE_DEFAULT,
+    SCHEDULE_TIMEOUT_ANNOTATION,
+    TOPOLOGY_ANNOTATION,
+    VERSION,
+    ModelError,
+    OwnerRef,
+    controller_ref,
+    object_meta,
+    str_map,
+)
+from gangsched.model.pod import Pod
+from gangsched.model.podgroup import SchedulingConstraints, TopologyConstraint
+
+# The labels the LeaderWorkerSet controller and webhook put on every pod of a set.
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+
+# A PodGroup name is also the value of the pod-group label: at most 63 characters.
+MAX_NAME = 63
+_HASHED_PREFIX = 54  # + "-" + 8 hex digits = 63
+_COUNT = re.compile(r"[0-9]+")
+# Walks stop here: no controller chain is this deep, and a cycle (impossible in a real
+# cluster; ownerReferences could still be written so) cannot loop.
+MAX_CHAIN = 16
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerKind:
+    """A kind whose objects make an automatic gang: its API coordinates (and the plural the
+    watches will use)."""
+
+    api_version: str
+    kind: str
+    plural: str
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+
+JOB = OwnerKind("batch/v1", "Job", "jobs")
+JOBSET = OwnerKind("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets")
+PYTORCHJOB = OwnerKind("kubeflow.org/v1", "PyTorchJob", "pytorchjobs")
+TFJOB = OwnerKind("kubeflow.org/v1", "TFJob", "tfjobs")
+XGBOOSTJOB = OwnerKind("kubeflow.org/v1", "XGBoostJob", "xgboostjobs")
+PADDLEJOB = OwnerKind("kubeflow.org/v1", "PaddleJob", "paddlejobs")
+MPIJOB = OwnerKind("kubeflow.org/v2beta1", "MPIJob", "mpijobs")
+TRAINJOB = OwnerKind("trainer.kubeflow.org/v1alpha1", "TrainJob", "trainjobs")
+LEADERWORKERSET = OwnerKind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets")
+RAYCLUSTER = OwnerKind("ray.io/v1", "RayCluster", "rayclusters")
+
+OWNER_KINDS: tuple[OwnerKind, ...] = (
+    JOB,
+    JOBSET,
+    PYTORCHJOB,
+    TFJOB,
+    XGBOOSTJOB,
+    PADDLEJOB,
+    MPIJOB,
+    TRAINJOB,
+    LEADERWORKERSET,
+    RAYCLUSTER,
+)
+_BY_TYPE = {(k.api_version, k.kind): k for k in OWNER_KINDS}
+
+# Links a chain passes through on its way to a table kind, and the pod label that says the
+# pod's chain does (LeaderWorkerSet: worker pod -> StatefulSet -> leader pod -> StatefulSet).
+_PASS_THROUGH: dict[tuple[str, str], tuple[str, ...]] = {
+    ("apps/v1", "StatefulSet"): (LWS_NAME_LABEL, LWS_GROUP_INDEX_LABEL),
+    ("v1", "Pod"): (LWS_NAME_LABEL, LWS_GROUP_INDEX_LABEL),
+}
+
+# The kubeflow.org/v1 replica maps (training-operator: PyTorchJobSpec.PyTorchReplicaSpecs, ...).
+_REPLICA_SPECS = {
+    PYTORCHJOB.kind: "pytorchReplicaSpecs",
+    TFJOB.kind: "tfReplicaSpecs",
+    XGBOOSTJOB.kind: "xgbReplicaSpecs",
+    PADDLEJOB.kind: "paddleReplicaSpecs",
+}
+
+
+def owner_kind(api_version: str, kind: str) -> OwnerKind | None:
+    """The table kind of these coordinates, None for any other kind."""
+    return _BY_TYPE.get((api_version, kind))
+
+
+# ------------------------------------------------------------------- the owners' counts
+
+
+@dataclass(frozen=True, slots=True)
+class JobCounts:
+    """batch/v1 JobSpec, as the apiserver defaults it (SetDefaults_Job): both parallelism and
+    completions unset -> 1 and 1; parallelism unset -> 1; completions stays unset (a work
+    queue) when only parallelism is given."""
+
+    parallelism: int
+    completions: int | None
+    indexed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicatedJob:
+    """One JobSet spec.replicatedJobs[] entry: replicas (default 1) of a Job template."""
+
+    name: str
+    replicas: int
+    job: JobCounts
+
+
+@dataclass(frozen=True, slots=True)
+class JobSetCounts:
+    replicated_jobs: tuple[ReplicatedJob, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaCounts:
+    """A Kubeflow job's replica map (replica type -> replicas, default 1; MPIJob's Worker
+    defaults to 0), PyTorchJob's spec.elasticPolicy.minReplicas, MPIJob's
+    spec.launcherCreationPolicy."""
+
+    replicas: Mapping[str, int]
+    elastic_min_replicas: int | None = None
+    launcher_creation_policy: str = "AtStartup"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderWorkerCounts:
+    """LeaderWorkerSet spec.leaderWorkerTemplate.size: pods per group, the leader included."""
+
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerGroup:
+    name: str
+    min_replicas: int
+    num_of_hosts: int
+
+
+@dataclass(frozen=True, slots=True)
+class RayCounts:
+    """RayCluster: one head, and spec.workerGroupSpecs[] (minReplicas default 0, numOfHosts
+    default 1, as KubeRay's CRD defaults them)."""
+
+    worker_groups: tuple[WorkerGroup, ...]
+
+
+Counts = JobCounts | JobSetCounts | ReplicaCounts | LeaderWorkerCounts | RayCounts
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Any object a pod's controller chain passes through, as read from the API: its
+    identity, metadata, its own controller, and (for a table kind) the counts its minCount
+    rule reads (None for other kinds, and for a TrainJob, whose count is its JobSet's)."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    controller: OwnerRef | None = None
+    counts: Counts | None = None
+
+    @property
+    def ref(self) -> OwnerRef:
+        """A controller reference to this object (what the PodGroup carries)."""
+        return OwnerRef(self.api_version, self.kind, self.name, self.uid, controller=True)
+
+    @property
+    def table_kind(self) -> OwnerKind | None:
+        return owner_kind(self.api_version, self.kind)
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+def _int(value: Any, where: str, *, default: int | None = None, minimum: int = 0) -> int | None:
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ModelError(f"{where} must be an integer, not {value!r}")
+    if value < minimum:
+        raise ModelError(f"{where} must be at least {minimum}, not {value}")
+    return value
+
+
+def _required_int(value: Any, where: str, *, default: int, minimum: int = 0) -> int:
+    parsed = _int(value, where, default=default, minimum=minimum)
+    assert parsed is not None
+    return parsed
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ModelError(f"{where} must be an object")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ModelError(f"{where} must be a list")
+    return value
+
+
+def _job_counts(spec: Mapping[str, Any], where: str) -> JobCounts:
+    parallelism = _int(spec.get("parallelism"), f"{where}.parallelism")
+    completions = _int(spec.get("completions"), f"{where}.completions")
+    if parallelism is None and completions is None:
+        parallelism, completions = 1, 1  # SetDefaults_Job
+    mode = spec.get("completionMode")
+    if mode is not None and mode not in ("NonIndexed", "Indexed"):
+        raise ModelError(f"{where}.completionMode: unknown value {mode!r}, must be 'NonIndexed' or 'Indexed'")
+    return JobCounts(parallelism if parallelism is not None else 1, completions, mode == "Indexed")
+
+
+def _jobset_counts(spec: Mapping[str, Any]) -> JobSetCounts:
+    jobs = []
+    for i, item in enumerate(_list(spec.get("replicatedJobs"), "spec.replicatedJobs")):
+        where = f"spec.replicatedJobs[{i}]"
+        item = _object(item, where)
+        template = _object(
+            _object(item.get("template"), f"{where}.template").get("spec"), f"{where}.template.spec"
+        )
+        jobs.append(
+            ReplicatedJob(
+                name=str(item.get("name") or ""),
+                replicas=_required_int(item.get("replicas"), f"{where}.replicas", default=1),
+                job=_job_counts(template, f"{where}.template.spec"),
+            )
+        )
+    return JobSetCounts(tuple(jobs))
+
+
+def _replica_map(value: Any, where: str, defaults: Mapping[str, int]) -> dict[str, int]:
+    replicas = {}
+    for role, replica_spec in _object(value, where).items():
+        at = f"{where}.{role}"
+        replicas[str(role)] = _required_int(
+            _object(replica_spec, at).get("replicas"), f"{at}.replicas", default=defaults.get(str(role), 1)
+        )
+    return replicas
+
+
+def _counts(kind: OwnerKind | None, spec: Mapping[str, Any]) -> Counts | None:
+    if kind is None or kind is TRAINJOB:
+        return None
+    if kind is JOB:
+        return _job_counts(spec, "spec")
+    if kind is JOBSET:
+        return _jobset_counts(spec)
+    if kind.kind in _REPLICA_SPECS:
+        field_name = _REPLICA_SPECS[kind.kind]
+        # training-operator v1 setDefaultReplicas: an unset replicas is 1.
+        replicas = _replica_map(spec.get(field_name), f"spec.{field_name}", {})
+        elastic_min = None
+        if kind is PYTORCHJOB:
+            elastic = _object(spec.get("elasticPolicy"), "spec.elasticPolicy")
+            elastic_min = _int(elastic.get("minReplicas"), "spec.elasticPolicy.minReplicas")
+        return ReplicaCounts(replicas, elastic_min_replicas=elastic_min)
+    if kind is MPIJOB:
+        # mpi-operator v2beta1 defaults: Launcher replicas 1, Worker replicas 0.
+        replicas = _replica_map(
+            spec.get("mpiReplicaSpecs"), "spec.mpiReplicaSpecs", {"Launcher": 1, "Worker": 0}
+        )
+        policy = spec.get("launcherCreationPolicy") or "AtStartup"
+        if policy not in ("AtStartup", "WaitForWorkersReady"):
+            raise ModelError(
+                f"spec.launcherCreationPolicy: unknown value {policy!r}, "
+                "must be 'AtStartup' or 'WaitForWorkersReady'"
+            )
+        return ReplicaCounts(replicas, launcher_creation_policy=str(policy))
+    if kind is LEADERWORKERSET:
+        template = _object(spec.get("leaderWorkerTemplate"), "spec.leaderWorkerTemplate")
+        # LWS defaults size to 1 (its CRD's +kubebuilder:default=1).
+        return LeaderWorkerCounts(
+            _required_int(template.get("size"), "spec.leaderWorkerTemplate.size", default=1, minimum=1)
+        )
+    assert kind is RAYCLUSTER
+    groups = []
+    for i, item in enumerate(_list(spec.get("workerGroupSpecs"), "spec.workerGroupSpecs")):
+        where = f"spec.workerGroupSpecs[{i}]"
+        item = _object(item, where)
+        groups.append(
+            WorkerGroup(
+                name=str(item.get("groupName") or ""),
+                min_replicas=_required_int(item.get("minReplicas"), f"{where}.minReplicas", default=0),
+                num_of_hosts=_required_int(
+                    item.get("numOfHosts"), f"{where}.numOfHosts", default=1, minimum=1
+                ),
+            )
+        )
+    return RayCounts(tuple(groups))
+
+
+def parse_owner(body: Mapping[str, Any]) -> Owner:
+    """An `Owner` from an object read from the API; ModelError (naming the field) when the
+    metadata, or for a table kind the spec fields its minCount rule reads, are malformed."""
+    if not isinstance(body, Mapping):
+        raise ModelError("an owner must be an object")
+    api_version = body.get("apiVersion")
+    kind_name = body.get("kind")
+    if not isinstance(api_version, str) or not api_version:
+        raise ModelError("apiVersion is required")
+    if not isinstance(kind_name, str) or not kind_name:
+        raise ModelError("kind is required")
+    meta = object_meta(body)
+    uid = meta.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ModelError("metadata.uid is required")
+    kind = owner_kind(api_version, kind_name)
+    spec = _object(body.get("spec"), "spec") if kind is not None else {}
+    return Owner(
+        api_version=api_version,
+        kind=kind_name,
+        namespace=str(meta.get("namespace") or NAMESPACE_DEFAULT),
+        name=str(meta["name"]),
+        uid=uid,
+        annotations=str_map(meta.get("annotations"), "metadata.annotations"),
+        labels=str_map(meta.get("labels"), "metadata.labels"),
+        controller=controller_ref(meta),
+        counts=_counts(kind, spec),
+    )
+
+
+def pod_controller(body: Mapping[str, Any]) -> OwnerRef | None:
+    """A pod body's controller ownerReference (the one with `controller: true`), if any."""
+    return controller_ref(object_meta(body))
+
+
+# ------------------------------------------------------------------------ the lookup
+
+
+@runtime_checkable
+class OwnerLookup(Protocol):
+    """What the rules need of the cache: an owner by UID, and the owners a UID controls."""
+
+    def get(self, uid: str) -> Owner | None: ...
+
+    def controlled_by(self, uid: str) -> Iterable[Owner]: ...
+
+
+class OwnerIndex:
+    """An `OwnerLookup` over a collection of owners (tests, `simulate`; the cache keeps its own)."""
+
+    def __init__(self, owners: Iterable[Owner] = ()) -> None:
+        self._by_uid: dict[str, Owner] = {}
+        self._children: dict[str, list[Owner]] = {}
+        for owner in owners:
+            self.add(owner)
+
+    def add(self, owner: Owner) -> None:
+        self._by_uid[owner.uid] = owner
+        if owner.controller is not None:
+            self._children.setdefault(owner.controller.uid, []).append(owner)
+
+    def get(self, uid: str) -> Owner | None:
+        return self._by_uid.get(uid)
+
+    def controlled_by(self, uid: str) -> Iterable[Owner]:
+        return tuple(self._children.get(uid, ()))
+
+
+def _lookup(owners: OwnerLookup | Mapping[str, Owner] | Iterable[Owner]) -> OwnerLookup:
+    if isinstance(owners, Mapping):
+        return OwnerIndex(owners.values())
+    if isinstance(owners, OwnerLookup):
+        return owners
+    return OwnerIndex(owners)
+
+
+class OwnerNotKnownError(LookupError):
+    """A count needs an object the lookup does not hold yet (a TrainJob's JobSet)."""
+
+
+# --------------------------------------------------------------------------- minCount
+
+
+def _job_min_count(job: JobCounts) -> int | None:
+    # KEP-5547 (Kubernetes v1.36, the Job controller's own PodGroup): an Indexed Job whose
+    # parallelism equals its completions, at least 2, is a gang of parallelism pods; any other
+    # Job (a work queue, a single pod) is not a gang.
+    if (
+        job.indexed
+        and job.completions is not None
+        and job.parallelism == job.completions
+        and job.parallelism >= 2
+    ):
+        return job.parallelism
+    return None
+
+
+def min_count(owner: Owner, owners: OwnerLookup | Mapping[str, Owner] | Iterable[Owner] = ()) -> int | None:
+    """The table's minCount of a top owner, without its min-count annotation; None when the
+    owner makes no gang (a work-queue Job, a kind outside the table, a count below 1).
+    `owners` is read for a TrainJob (the JobSet it controls); OwnerNotKnownError when it is not there."""
+    kind = owner.table_kind
+    counts = owner.counts
+    count: int | None
+    if kind is None:
+        return None
+    if kind is TRAINJOB:
+        # kubeflow/trainer: a TrainJob runs as the one JobSet it controls; its gang is the JobSet's.
+        jobsets = [o for o in _lookup(owners).controlled_by(owner.uid) if o.table_kind is JOBSET]
+        if not jobsets:
+            raise OwnerNotKnownError(f"the JobSet of {owner.describe()} is not known yet")
+        return min_count(jobsets[0], owners)
+    if isinstance(counts, JobCounts):
+        return _job_min_count(counts)
+    if isinstance(counts, JobSetCounts):
+        # kubernetes-sigs/jobset: each replicatedJob runs `replicas` Jobs of its template; a Job
+        # runs min(parallelism, completions) pods at once (a work queue: parallelism).
+        count = 0
+        for rjob in counts.replicated_jobs:
+            job = rjob.job
+            running = job.parallelism if job.completions is None else min(job.parallelism, job.completions)
+            count += rjob.replicas * running
+    elif isinstance(counts, ReplicaCounts) and kind is MPIJOB:
+        # mpi-operator v2beta1: the workers, and the launcher Job's pod unless it is created
+        # only once the workers are ready (launcherCreationPolicy: WaitForWorkersReady).
+        count = counts.replicas.get("Worker", 0)
+        if counts.launcher_creation_policy != "WaitForWorkersReady":
+            count += 1
+    elif isinstance(counts, ReplicaCounts):
+        # training-operator v1: every replica of every type (its own PodGroup minMember); an
+        # elastic PyTorchJob: elasticPolicy.minReplicas workers and the Master replicas.
+        if counts.elastic_min_replicas is not None:
+            count = counts.elastic_min_replicas + counts.replicas.get("Master", 0)
+        else:
+            count = sum(counts.replicas.values())
+    elif isinstance(counts, LeaderWorkerCounts):
+        # kubernetes-sigs/lws: a group is the leader and size - 1 workers.
+        count = counts.size
+    elif isinstance(counts, RayCounts):
+        # kuberay: one head, and per worker group minReplicas slices of numOfHosts pods each.
+        count = 1 + sum(g.min_replicas * g.num_of_hosts for g in counts.worker_groups)
+    else:  # pragma: no cover - parse_owner gives every table kind but TrainJob its counts
+        return None
+    return count if count >= 1 else None
+
+
+# ------------------------------------------------------------------------- annotations
+
+
+class AnnotationError(ValueError):
+    """An annotation on the top owner that does not validate; the message names it."""
+
+
+def _annotation_count(owner: Owner, key: str) -> int | None:
+    raw = owner.annotations.get(key)
+    if raw is None:
+        return None
+    if not _COUNT.fullmatch(raw) or int(raw) < 1:
+        raise AnnotationError(f"annotation {key}: {raw!r} must be an integer of at least 1")
+    return int(raw)
+
+
+def parse_topology_annotation(raw: str) -> tuple[TopologyConstraint, ...]:
+    """`"example.com/block=Required,example.com/rack=Preferred"`: levels outermost first, the
+    mode defaulting to Required, validated as spec.schedulingConstraints.topology is."""
+    levels: list[dict[str, str]] = []
+    for item in raw.split(","):
+        key, eq, mode = item.strip().partition("=")
+        level = {"key": key.strip()}
+        if eq:
+            level["mode"] = mode.strip()
+        levels.append(level)
+    try:
+        return SchedulingConstraints.model_validate({"topology": levels}).topology
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = [p for p in err["loc"] if p != "topology"]
+            where = f"level {loc[0] + 1 if isinstance(loc[0], int) else loc[0]}" if loc else "levels"
+            if len(loc) > 1:
+                where += f" {loc[1]}"
+            problems.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
+        raise ModelError("; ".join(problems)) from None
+
+
+def _annotation_topology(owner: Owner) -> tuple[TopologyConstraint, ...]:
+    raw = owner.annotations.get(TOPOLOGY_ANNOTATION)
+    if raw is None:
+        return ()
+    try:
+        return parse_topology_annotation(raw)
+    except ModelError as exc:
+        raise AnnotationError(f"annotation {TOPOLOGY_ANNOTATION}: {raw!r}: {exc}") from None
+
+
+def _opted_out(owner: Owner) -> bool:
+    raw = owner.annotations.get(GANG_ANNOTATION)
+    if raw is None or raw == "true":
+        return False
+    if raw == "false":
+        return True
+    raise AnnotationError(f"annotation {GANG_ANNOTATION}: {raw!r} must be 'true' or 'false'")
+
+
+# ------------------------------------------------------------------------------ gangs
+
+
+@dataclass(frozen=True, slots=True)
+class AutomaticGang:
+    """The PodGroup a pod's top owner makes: where, its name, and what goes in its spec."""
+
+    namespace: str
+    name: str
+    min_count: int
+    owner: OwnerRef  # the top owner: the PodGroup's controller (deleted with it)
+    topology: tuple[TopologyConstraint, ...] = ()
+    schedule_timeout_seconds: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """The pod waits (never bound alone): `reason` says why. `warn` is the owner to put a
+    Warning Event on (an invalid annotation names it there), None while the pod only waits
+    for the cache to know a link of its chain."""
+
+    reason: str
+    warn: OwnerRef | None = None
+
+
+def pod_group_name(kind: str, owner_name: str, group_index: str | None = None) -> str:
+    """`<kind in lower case>-<owner name>` (a LeaderWorkerSet's group: `-<group index>` after
+    it); a name longer than 63 characters becomes its first 54 characters, '-', and the first 8
+    hex digits of the SHA-256 of the full name."""
+    name = f"{kind.lower()}-{owner_name}"
+    if group_index is not None:
+        name += f"-{group_index}"
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[:_HASHED_PREFIX]}-{digest}"
+
+
+def _chain_top(pod: Pod, lookup: OwnerLookup) -> Owner | Waiting | None:
+    """The topmost table-kind owner of the pod's controller chain; Waiting when a link that
+    may lead to one is not known; None when the chain reaches none."""
+    ref = pod.controller
+    top: Owner | None = None
+    seen: set[str] = set()
+    where = f"pod {pod.namespace}/{pod.name}"
+    while ref is not None and len(seen) < MAX_CHAIN and ref.uid not in seen:
+        seen.add(ref.uid)
+        coordinates = (ref.api_version, ref.kind)
+        if coordinates not in _BY_TYPE:
+            labels = _PASS_THROUGH.get(coordinates)
+            if labels is None or not any(label in pod.labels for label in labels):
+                break  # no table kind above a link we do not follow
+        owner = lookup.get(ref.uid)
+        if owner is None:
+            return Waiting(
+                f"waiting for its owner {ref.kind} {pod.namespace}/{ref.name} (controller of {where})"
+            )
+        if owner.table_kind is not None:
+            top = owner
+        where = owner.describe()
+        ref = owner.controller
+    return top
+
+
+def gang_of(
+    pod: Pod,
+    owners: OwnerLookup | Mapping[str, Owner] | Iterable[Owner],
+    *,
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+) -> AutomaticGang | Waiting | None:
+    """The automatic gang `pod` belongs to, Waiting (with the reason) when it must wait for
+    it, None when it is in none: another scheduler's pod, a pod already in a group (the label,
+    spec.schedulingGroup), one with no table kind in its controller chain, a top owner
+    annotated gang "false", a work-queue Job without min-count."""
+    if pod.scheduler_name != scheduler_name or pod.pod_group is not None or pod.controller is None:
+        return None
+    lookup = _lookup(owners)
+    top = _chain_top(pod, lookup)
+    if not isinstance(top, Owner):
+        return top
+    try:
+        if _opted_out(top):
+            return None
+        override = _annotation_count(top, MIN_COUNT_ANNOTATION)
+        topology = _annotation_topology(top)
+        timeout = _annotation_count(top, SCHEDULE_TIMEOUT_ANNOTATION)
+    except AnnotationError as exc:
+        return Waiting(f"{top.describe()}: {exc}", warn=top.ref)
+    try:
+        count = override if override is not None else min_count(top, lookup)
+    except OwnerNotKnownError as exc:
+        return Waiting(f"waiting: {exc}")
+    if count is None:
+        return None
+    group_index = None
+    if top.table_kind is LEADERWORKERSET:
+        group_index = pod.labels.get(LWS_GROUP_INDEX_LABEL)
+        if group_index is None or not _COUNT.fullmatch(group_index):
+            return Waiting(
+                f"pod {pod.namespace}/{pod.name} of {top.describe()} has no valid label "
+                f"{LWS_GROUP_INDEX_LABEL} ({group_index!r}) to name its group"
+            )
+    return AutomaticGang(
+        namespace=top.namespace,
+        name=pod_group_name(top.kind, top.name, group_index),
+        min_count=count,
+        owner=top.ref,
+        topology=topology,
+        schedule_timeout_seconds=timeout,
+    )
+
+
+def pod_group_manifest(gang: AutomaticGang) -> dict[str, Any]:
+    """The PodGroup (scheduling.gangsched.io/v1alpha1) gangsched creates for `gang`: controlled
+    by the top owner (the garbage collector deletes it with the workload), labelled managed-by."""
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": gang.min_count}}}
+    if gang.topology:
+        spec["schedulingConstraints"] = {
+            "topology": [{"key": level.key, "mode": level.mode.value} for level in gang.topology]
+        }
+    if gang.schedule_timeout_seconds is not None:
+        spec["scheduleTimeoutSeconds"] = gang.schedule_timeout_seconds
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": gang.name,
+            "namespace": gang.namespace,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+            "ownerReferences": [gang.owner.manifest()],
+        },
+        "spec": spec,
+    }
+
+
+def managed(pod_group_body: Mapping[str, Any]) -> bool:
+    """Did gangsched create this PodGroup (the managed-by label)? It never adopts or changes
+    one it did not."""
+    meta = pod_group_body.get("metadata") or {}
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    return isinstance(labels, Mapping) and labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
+
+
+def existing_pod_group_problem(gang: AutomaticGang, pod_group_body: Mapping[str, Any]) -> Waiting | None:
+    """A PodGroup of the gang's name that gangsched did not create: the pods wait with this
+    reason and a Warning Event on the owner says so (None when it is ours)."""
+    if managed(pod_group_body):
+        return None
+    return Waiting(
+        f"PodGroup {gang.namespace}/{gang.name} exists and was not created by gangsched "
+        f"(no label {MANAGED_BY_LABEL}: {MANAGED_BY_VALUE}); it is neither adopted nor changed",
+        warn=gang.owner,
+    )
+
+
+def needs_replacement(gang: AutomaticGang, current_min_count: int, members_bound: int) -> bool:
+    """Lifecycle: a managed PodGroup whose minCount no longer matches its owner's (a Job whose
+    parallelism changed) is replaced (deleted and created with the new count) only while
+    none of its members is bound; once one is, the gang keeps the count it was bound with."""
+    return current_min_count != gang.min_count and members_bound == 0
