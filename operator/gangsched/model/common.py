@@ -153,6 +153,24 @@ def controller_ref(meta: Mapping[str, Any]) -> OwnerRef | None:
     return None
 
 
+def object_field(value: Any, where: str) -> Mapping[str, Any]:
+    """An optional object field: {} when absent, a ModelError naming `where` when not an object."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ModelError(f"{where} must be an object")
+    return value
+
+
+def list_field(value: Any, where: str) -> list[Any]:
+    """An optional list field: [] when absent, a ModelError naming `where` when not a list."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ModelError(f"{where} must be a list")
+    return value
+
+
 def str_map(value: Any, where: str) -> dict[str, str]:
     if value is None:
         return {}

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gangsched.model.common import NAMESPACE_DEFAULT, ModelError, object_meta
+from gangsched.model.common import NAMESPACE_DEFAULT, ModelError, list_field, object_field, object_meta
 from gangsched.model.pod import SelectorTerm, node_selector_terms
 from gangsched.quantity import QuantityError, parse_milli
 
@@ -230,22 +230,6 @@ class ResourceClaimTemplate:
 # --------------------------------------------------------------------------- parsing
 
 
-def _list(value: Any, where: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ModelError(f"{where} must be a list")
-    return value
-
-
-def _obj(value: Any, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ModelError(f"{where} must be an object")
-    return value
-
-
 def _quantity(value: Any, where: str) -> int:
     if isinstance(value, Mapping):  # {"value": "16Gi"}: DeviceCapacity, Counter
         value = value.get("value")
@@ -257,7 +241,7 @@ def _quantity(value: Any, where: str) -> int:
 
 def _attribute(value: Any, where: str) -> Attribute | None:
     """One DeviceAttribute; None for a list-typed one (DRAListTypeAttributes is off in v1.36)."""
-    item = _obj(value, where)
+    item = object_field(value, where)
     for kind in ("int", "bool", "string", "version"):
         if kind in item:
             raw = item[kind]
@@ -276,14 +260,14 @@ def _attribute(value: Any, where: str) -> Attribute | None:
 
 
 def _taint(value: Any, where: str) -> DeviceTaint:
-    item = _obj(value, where)
+    item = object_field(value, where)
     if not item.get("key") or not item.get("effect"):
         raise ModelError(f"{where} needs key and effect")
     return DeviceTaint(key=str(item["key"]), value=str(item.get("value") or ""), effect=str(item["effect"]))
 
 
 def _toleration(value: Any, where: str) -> DeviceToleration:
-    item = _obj(value, where)
+    item = object_field(value, where)
     operator = str(item.get("operator") or "Equal")
     if operator not in ("Equal", "Exists"):
         raise ModelError(f"{where}.operator: unknown operator {operator!r}")
@@ -299,31 +283,31 @@ def _toleration(value: Any, where: str) -> DeviceToleration:
 
 
 def _counters(value: Any, where: str) -> dict[str, int]:
-    return {str(name): _quantity(c, f"{where}.{name}") for name, c in _obj(value, where).items()}
+    return {str(name): _quantity(c, f"{where}.{name}") for name, c in object_field(value, where).items()}
 
 
 def _device(value: Any, where: str) -> Device:
-    item = _obj(value, where)
+    item = object_field(value, where)
     if not item.get("name"):
         raise ModelError(f"{where}.name is required")
     attributes = {}
-    for name, raw in _obj(item.get("attributes"), f"{where}.attributes").items():
+    for name, raw in object_field(item.get("attributes"), f"{where}.attributes").items():
         attribute = _attribute(raw, f"{where}.attributes[{name}]")
         if attribute is not None:
             attributes[str(name)] = attribute
     capacity = {}
-    for name, raw in _obj(item.get("capacity"), f"{where}.capacity").items():
+    for name, raw in object_field(item.get("capacity"), f"{where}.capacity").items():
         value = raw.get("value") if isinstance(raw, Mapping) else raw
         _quantity(value, f"{where}.capacity[{name}]")  # validated here, kept as written
         capacity[str(name)] = str(value)
     consumes = tuple(
         CounterConsumption(
-            counter_set=str(_obj(c, f"{where}.consumesCounters[{i}]").get("counterSet") or ""),
+            counter_set=str(object_field(c, f"{where}.consumesCounters[{i}]").get("counterSet") or ""),
             counters=tuple(
                 sorted(_counters(c.get("counters"), f"{where}.consumesCounters[{i}].counters").items())
             ),
         )
-        for i, c in enumerate(_list(item.get("consumesCounters"), f"{where}.consumesCounters"))
+        for i, c in enumerate(list_field(item.get("consumesCounters"), f"{where}.consumesCounters"))
     )
     selector = item.get("nodeSelector")
     return Device(
@@ -338,14 +322,15 @@ def _device(value: Any, where: str) -> Device:
         all_nodes=bool(item.get("allNodes")),
         taints=tuple(
             _taint(t, f"{where}.taints[{i}]")
-            for i, t in enumerate(_list(item.get("taints"), f"{where}.taints"))
+            for i, t in enumerate(list_field(item.get("taints"), f"{where}.taints"))
         ),
         binds_to_node=bool(item.get("bindsToNode")),
         binding_conditions=tuple(
-            str(c) for c in _list(item.get("bindingConditions"), f"{where}.bindingConditions")
+            str(c) for c in list_field(item.get("bindingConditions"), f"{where}.bindingConditions")
         ),
         binding_failure_conditions=tuple(
-            str(c) for c in _list(item.get("bindingFailureConditions"), f"{where}.bindingFailureConditions")
+            str(c)
+            for c in list_field(item.get("bindingFailureConditions"), f"{where}.bindingFailureConditions")
         ),
         allow_multiple_allocations=bool(item.get("allowMultipleAllocations")),
     )
@@ -353,8 +338,8 @@ def _device(value: Any, where: str) -> Device:
 
 def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
     meta = object_meta(obj)
-    spec = _obj(obj.get("spec"), "spec")
-    pool = _obj(spec.get("pool"), "spec.pool")
+    spec = object_field(obj.get("spec"), "spec")
+    pool = object_field(spec.get("pool"), "spec.pool")
     if not spec.get("driver"):
         raise ModelError("spec.driver is required")
     if not pool.get("name"):
@@ -370,10 +355,10 @@ def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
         raise ModelError("spec: only one of sharedCounters or devices is allowed")
     counters = tuple(
         CounterSet(
-            name=str(_obj(c, f"spec.sharedCounters[{i}]").get("name") or ""),
+            name=str(object_field(c, f"spec.sharedCounters[{i}]").get("name") or ""),
             counters=_counters(c.get("counters"), f"spec.sharedCounters[{i}].counters"),
         )
-        for i, c in enumerate(_list(spec.get("sharedCounters"), "spec.sharedCounters"))
+        for i, c in enumerate(list_field(spec.get("sharedCounters"), "spec.sharedCounters"))
     )
     return ResourceSlice(
         name=str(meta["name"]),
@@ -386,7 +371,8 @@ def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
         all_nodes=bool(spec.get("allNodes")),
         per_device_node_selection=bool(spec.get("perDeviceNodeSelection")),
         devices=tuple(
-            _device(d, f"spec.devices[{i}]") for i, d in enumerate(_list(spec.get("devices"), "spec.devices"))
+            _device(d, f"spec.devices[{i}]")
+            for i, d in enumerate(list_field(spec.get("devices"), "spec.devices"))
         ),
         shared_counters=counters,
         resource_version=str(meta.get("resourceVersion") or ""),
@@ -395,8 +381,8 @@ def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
 
 def _selectors(value: Any, where: str) -> tuple[str, ...]:
     out = []
-    for i, selector in enumerate(_list(value, where)):
-        cel = _obj(_obj(selector, f"{where}[{i}]").get("cel"), f"{where}[{i}].cel")
+    for i, selector in enumerate(list_field(value, where)):
+        cel = object_field(object_field(selector, f"{where}[{i}]").get("cel"), f"{where}[{i}].cel")
         expression = cel.get("expression")
         if not isinstance(expression, str) or not expression:
             raise ModelError(f"{where}[{i}]: only CEL selectors are supported, with an expression")
@@ -406,13 +392,14 @@ def _selectors(value: Any, where: str) -> tuple[str, ...]:
 
 def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
     meta = object_meta(obj)
-    spec = _obj(obj.get("spec"), "spec")
+    spec = object_field(obj.get("spec"), "spec")
     extended = spec.get("extendedResourceName")
     return DeviceClass(
         name=str(meta["name"]),
         selectors=_selectors(spec.get("selectors"), "spec.selectors"),
         config=tuple(
-            _obj(c, f"spec.config[{i}]") for i, c in enumerate(_list(spec.get("config"), "spec.config"))
+            object_field(c, f"spec.config[{i}]")
+            for i, c in enumerate(list_field(spec.get("config"), "spec.config"))
         ),
         extended_resource_name=str(extended) if extended else None,
         created=str(meta.get("creationTimestamp") or ""),
@@ -438,18 +425,18 @@ def _sub_request(item: Mapping[str, Any], name: str, where: str, *, exact: bool)
         count=count if mode == "ExactCount" else 0,
         tolerations=tuple(
             _toleration(t, f"{where}.tolerations[{i}]")
-            for i, t in enumerate(_list(item.get("tolerations"), f"{where}.tolerations"))
+            for i, t in enumerate(list_field(item.get("tolerations"), f"{where}.tolerations"))
         ),
         admin_access=bool(admin) if admin is not None else None,
     )
 
 
 def parse_claim_spec(value: Any, where: str = "spec") -> ClaimSpec:
-    devices = _obj(_obj(value, where).get("devices"), f"{where}.devices")
+    devices = object_field(object_field(value, where).get("devices"), f"{where}.devices")
     requests = []
-    for i, raw in enumerate(_list(devices.get("requests"), f"{where}.devices.requests")):
+    for i, raw in enumerate(list_field(devices.get("requests"), f"{where}.devices.requests")):
         at = f"{where}.devices.requests[{i}]"
-        item = _obj(raw, at)
+        item = object_field(raw, at)
         name = str(item.get("name") or "")
         if not name:
             raise ModelError(f"{at}.name is required")
@@ -460,15 +447,15 @@ def parse_claim_spec(value: Any, where: str = "spec") -> ClaimSpec:
                 DeviceRequest(
                     name,
                     exactly=_sub_request(
-                        _obj(item["exactly"], f"{at}.exactly"), name, f"{at}.exactly", exact=True
+                        object_field(item["exactly"], f"{at}.exactly"), name, f"{at}.exactly", exact=True
                     ),
                 )
             )
         else:
             subs = []
-            for j, sub in enumerate(_list(item["firstAvailable"], f"{at}.firstAvailable")):
+            for j, sub in enumerate(list_field(item["firstAvailable"], f"{at}.firstAvailable")):
                 sub_at = f"{at}.firstAvailable[{j}]"
-                sub_item = _obj(sub, sub_at)
+                sub_item = object_field(sub, sub_at)
                 if not sub_item.get("name"):
                     raise ModelError(f"{sub_at}.name is required")
                 subs.append(_sub_request(sub_item, str(sub_item["name"]), sub_at, exact=False))
@@ -476,12 +463,12 @@ def parse_claim_spec(value: Any, where: str = "spec") -> ClaimSpec:
     # No requests is valid ("If empty, nothing needs to be allocated"): upstream allocates such a
     # claim with no results (tests/unit/test_dra_oracle.py, readme-example's allocated claim).
     constraints = []
-    for i, raw in enumerate(_list(devices.get("constraints"), f"{where}.devices.constraints")):
+    for i, raw in enumerate(list_field(devices.get("constraints"), f"{where}.devices.constraints")):
         at = f"{where}.devices.constraints[{i}]"
-        item = _obj(raw, at)
+        item = object_field(raw, at)
         constraints.append(
             DeviceConstraint(
-                requests=tuple(str(r) for r in _list(item.get("requests"), f"{at}.requests")),
+                requests=tuple(str(r) for r in list_field(item.get("requests"), f"{at}.requests")),
                 match_attribute=str(item["matchAttribute"]) if item.get("matchAttribute") else None,
                 distinct_attribute=str(item["distinctAttribute"]) if item.get("distinctAttribute") else None,
             )
@@ -489,8 +476,8 @@ def parse_claim_spec(value: Any, where: str = "spec") -> ClaimSpec:
         if (constraints[-1].match_attribute is None) == (constraints[-1].distinct_attribute is None):
             raise ModelError(f"{at}: exactly one of matchAttribute or distinctAttribute must be set")
     config = tuple(
-        _obj(c, f"{where}.devices.config[{i}]")
-        for i, c in enumerate(_list(devices.get("config"), f"{where}.devices.config"))
+        object_field(c, f"{where}.devices.config[{i}]")
+        for i, c in enumerate(list_field(devices.get("config"), f"{where}.devices.config"))
     )
     return ClaimSpec(requests=tuple(requests), constraints=tuple(constraints), config=config)
 
@@ -499,8 +486,8 @@ def parse_allocation(value: Any) -> Allocation | None:
     """status.allocation (None when unset)."""
     if not value:
         return None
-    item = _obj(value, "status.allocation")
-    results = _obj(item.get("devices"), "status.allocation.devices").get("results") or []
+    item = object_field(value, "status.allocation")
+    results = object_field(item.get("devices"), "status.allocation.devices").get("results") or []
     devices = tuple(
         AllocatedDevice(
             request=str(r.get("request") or ""),
@@ -523,14 +510,14 @@ def parse_allocation(value: Any) -> Allocation | None:
     return Allocation(
         devices=devices,
         node_selector=node_selector_terms(selector, "status.allocation.nodeSelector") if selector else None,
-        config=tuple(_obj(item.get("devices"), "").get("config") or ()),
+        config=tuple(object_field(item.get("devices"), "").get("config") or ()),
         raw=item,
     )
 
 
 def parse_resource_claim(obj: Mapping[str, Any]) -> ResourceClaim:
     meta = object_meta(obj)
-    status = _obj(obj.get("status"), "status")
+    status = object_field(obj.get("status"), "status")
     reserved = tuple(
         ConsumerRef(
             api_group=str(r.get("apiGroup") or ""),
@@ -538,7 +525,7 @@ def parse_resource_claim(obj: Mapping[str, Any]) -> ResourceClaim:
             name=str(r.get("name") or ""),
             uid=str(r.get("uid") or ""),
         )
-        for r in _list(status.get("reservedFor"), "status.reservedFor")
+        for r in list_field(status.get("reservedFor"), "status.reservedFor")
         if isinstance(r, Mapping)
     )
     return ResourceClaim(
@@ -560,7 +547,7 @@ def parse_resource_claim(obj: Mapping[str, Any]) -> ResourceClaim:
 
 def parse_resource_claim_template(obj: Mapping[str, Any]) -> ResourceClaimTemplate:
     meta = object_meta(obj)
-    spec = _obj(obj.get("spec"), "spec")
+    spec = object_field(obj.get("spec"), "spec")
     return ResourceClaimTemplate(
         namespace=str(meta.get("namespace") or NAMESPACE_DEFAULT),
         name=str(meta["name"]),

@@ -57,6 +57,8 @@ from gangsched.model.common import (
     ModelError,
     OwnerRef,
     controller_ref,
+    list_field,
+    object_field,
     object_meta,
     str_map,
 )
@@ -245,22 +247,6 @@ def _required_int(value: Any, where: str, *, default: int, minimum: int = 0) -> 
     return parsed
 
 
-def _object(value: Any, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ModelError(f"{where} must be an object")
-    return value
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ModelError(f"{where} must be a list")
-    return value
-
-
 def _job_counts(spec: Mapping[str, Any], where: str) -> JobCounts:
     parallelism = _int(spec.get("parallelism"), f"{where}.parallelism")
     completions = _int(spec.get("completions"), f"{where}.completions")
@@ -274,11 +260,11 @@ def _job_counts(spec: Mapping[str, Any], where: str) -> JobCounts:
 
 def _jobset_counts(spec: Mapping[str, Any]) -> JobSetCounts:
     jobs = []
-    for i, item in enumerate(_list(spec.get("replicatedJobs"), "spec.replicatedJobs")):
+    for i, item in enumerate(list_field(spec.get("replicatedJobs"), "spec.replicatedJobs")):
         where = f"spec.replicatedJobs[{i}]"
-        item = _object(item, where)
-        template = _object(
-            _object(item.get("template"), f"{where}.template").get("spec"), f"{where}.template.spec"
+        item = object_field(item, where)
+        template = object_field(
+            object_field(item.get("template"), f"{where}.template").get("spec"), f"{where}.template.spec"
         )
         jobs.append(
             ReplicatedJob(
@@ -292,10 +278,12 @@ def _jobset_counts(spec: Mapping[str, Any]) -> JobSetCounts:
 
 def _replica_map(value: Any, where: str, defaults: Mapping[str, int]) -> dict[str, int]:
     replicas = {}
-    for role, replica_spec in _object(value, where).items():
+    for role, replica_spec in object_field(value, where).items():
         at = f"{where}.{role}"
         replicas[str(role)] = _required_int(
-            _object(replica_spec, at).get("replicas"), f"{at}.replicas", default=defaults.get(str(role), 1)
+            object_field(replica_spec, at).get("replicas"),
+            f"{at}.replicas",
+            default=defaults.get(str(role), 1),
         )
     return replicas
 
@@ -313,7 +301,7 @@ def _counts(kind: OwnerKind | None, spec: Mapping[str, Any]) -> Counts | None:
         replicas = _replica_map(spec.get(field_name), f"spec.{field_name}", {})
         elastic_min = None
         if kind is PYTORCHJOB:
-            elastic = _object(spec.get("elasticPolicy"), "spec.elasticPolicy")
+            elastic = object_field(spec.get("elasticPolicy"), "spec.elasticPolicy")
             elastic_min = _int(elastic.get("minReplicas"), "spec.elasticPolicy.minReplicas")
         return ReplicaCounts(replicas, elastic_min_replicas=elastic_min)
     if kind is MPIJOB:
@@ -329,16 +317,16 @@ def _counts(kind: OwnerKind | None, spec: Mapping[str, Any]) -> Counts | None:
             )
         return ReplicaCounts(replicas, launcher_creation_policy=str(policy))
     if kind is LEADERWORKERSET:
-        template = _object(spec.get("leaderWorkerTemplate"), "spec.leaderWorkerTemplate")
+        template = object_field(spec.get("leaderWorkerTemplate"), "spec.leaderWorkerTemplate")
         # LWS defaults size to 1 (its CRD's +kubebuilder:default=1).
         return LeaderWorkerCounts(
             _required_int(template.get("size"), "spec.leaderWorkerTemplate.size", default=1, minimum=1)
         )
     assert kind is RAYCLUSTER
     groups = []
-    for i, item in enumerate(_list(spec.get("workerGroupSpecs"), "spec.workerGroupSpecs")):
+    for i, item in enumerate(list_field(spec.get("workerGroupSpecs"), "spec.workerGroupSpecs")):
         where = f"spec.workerGroupSpecs[{i}]"
-        item = _object(item, where)
+        item = object_field(item, where)
         groups.append(
             WorkerGroup(
                 name=str(item.get("groupName") or ""),
@@ -367,7 +355,7 @@ def parse_owner(body: Mapping[str, Any]) -> Owner:
     if not isinstance(uid, str) or not uid:
         raise ModelError("metadata.uid is required")
     kind = owner_kind(api_version, kind_name)
-    spec = _object(body.get("spec"), "spec") if kind is not None else {}
+    spec = object_field(body.get("spec"), "spec") if kind is not None else {}
     return Owner(
         api_version=api_version,
         kind=kind_name,
