@@ -44,7 +44,7 @@ from gangsched.leader import LeaderElector, LeaseConfig, default_identity
 from gangsched.loop import Scheduler, SchedulerConfig
 from gangsched.metrics import Metrics, serve
 from gangsched.model import GROUP, LIVE_PODS_SELECTOR, PLURAL, VERSION, PodGroupApi
-from gangsched.session import ApiError, ApiSession, serves
+from gangsched.session import ApiError, ApiSession, bearer_token, serves
 from gangsched.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -360,17 +360,11 @@ async def _shutdown(op: Operator, runners: list[web.AppRunner]) -> None:
 def _login(configuration: client.Configuration) -> Callable[..., Awaitable[kopf.ConnectionInfo | None]]:
     async def login(**_: Any) -> kopf.ConnectionInfo | None:
         # The same identity as our own client, whether from a kubeconfig or in-cluster.
-        hook: Any = getattr(configuration, "refresh_api_key_hook", None)  # typed as always None
-        if hook is not None:  # in-cluster tokens rotate
-            hook(configuration)
-        token = configuration.api_key.get("BearerToken") or configuration.api_key.get("authorization")
-        if token and token.lower().startswith("bearer "):
-            token = token[7:]
         return kopf.ConnectionInfo(
             server=configuration.host,
             ca_path=configuration.ssl_ca_cert,
             insecure=not configuration.verify_ssl,
-            token=token or None,
+            token=bearer_token(configuration),
             certificate_path=configuration.cert_file,
             private_key_path=configuration.key_file,
             default_namespace=None,

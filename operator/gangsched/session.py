@@ -120,6 +120,18 @@ def _ssl_context(configuration: client.Configuration) -> ssl.SSLContext | bool:
     return context
 
 
+def bearer_token(configuration: client.Configuration) -> str | None:
+    """The configuration's bearer token now (a token with a refresh hook, in-cluster or from an
+    exec plugin, is refreshed first), without its "Bearer " prefix; None without one."""
+    hook: Any = getattr(configuration, "refresh_api_key_hook", None)  # typed as always None
+    if hook is not None:
+        hook(configuration)
+    token = configuration.api_key.get("BearerToken") or configuration.api_key.get("authorization")
+    if not token:
+        return None
+    return str(token[7:] if token.lower().startswith("bearer ") else token) or None
+
+
 class ApiSession:
     """Requests to the apiserver named by `configuration`; create and use it on one event loop."""
 
@@ -137,14 +149,8 @@ class ApiSession:
         await self._session.close()
 
     def _headers(self) -> dict[str, str]:
-        configuration = self.configuration
-        hook: Any = getattr(configuration, "refresh_api_key_hook", None)  # typed as always None
-        if hook is not None:
-            hook(configuration)
-        token = configuration.api_key.get("BearerToken") or configuration.api_key.get("authorization")
-        if not token:
-            return {}
-        return {"Authorization": token if token.lower().startswith("bearer ") else f"Bearer {token}"}
+        token = bearer_token(self.configuration)
+        return {"Authorization": f"Bearer {token}"} if token else {}
 
     async def request(
         self,

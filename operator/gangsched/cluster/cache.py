@@ -38,7 +38,7 @@ from gangsched.cluster.kinds import (
     PRIORITY_CLASS,
     RESOURCE_CLAIM,
 )
-from gangsched.cluster.store import Body, ByName, Change, Kind, Store
+from gangsched.cluster.store import Body, ByName, Change, Kind, Store, key_of
 from gangsched.cluster.writes import WriteTracker
 from gangsched.model import Key, Node, Pod, PodGroup, PodGroupApi, PriorityClasses
 from gangsched.model.pdb import DisruptionBudget
@@ -76,10 +76,7 @@ class ClusterCache:
         of = KINDS[kind]
         change = self.store.apply(of, event_type, body)
         if of is RESOURCE_CLAIM:
-            deleted = event_type == "DELETED"
-            key = (str((body.get("metadata") or {}).get("namespace") or "default"), _name(body))
-            self.devices.watched_claim(key, None if deleted else body)
-            self.writes.claim_observed(key, None if deleted else self.devices.seen_rv(key))
+            self._claim_watched(key_of(body), None if event_type == "DELETED" else body)
         if change is not None:
             self._changed(of, [change])
 
@@ -87,8 +84,7 @@ class ClusterCache:
         """The object is gone (a live read found none)."""
         of = KINDS[kind]
         if of is RESOURCE_CLAIM:
-            self.devices.watched_claim(key, None)
-            self.writes.claim_observed(key, None)
+            self._claim_watched(key, None)
         change = self.store.remove(of, key)
         if change is not None:
             self._changed(of, [change])
@@ -98,17 +94,20 @@ class ClusterCache:
         what vanished (held before, absent now)."""
         of = KINDS[kind]
         changes = self.store.replace(of, items, resource_version)
+        vanished = [c.key for c in changes if c.new is None and c.key not in self.store.keys(of)]
         if of is RESOURCE_CLAIM:
-            for change in changes:
-                if change.new is None and change.key not in self.store.keys(of):
-                    self.devices.watched_claim(change.key, None)
-                    self.writes.claim_observed(change.key, None)
+            for key in vanished:
+                self._claim_watched(key, None)
             for item in items:
-                key = (str((item.get("metadata") or {}).get("namespace") or "default"), _name(item))
-                self.devices.watched_claim(key, item)
-                self.writes.claim_observed(key, self.devices.seen_rv(key))
+                self._claim_watched(key_of(item), item)
         self._changed(of, changes)
-        return [c.key for c in changes if c.new is None and c.key not in self.store.keys(of)]
+        return vanished
+
+    def _claim_watched(self, key: Key, body: Body | None) -> None:
+        """A claim the watch (or a live read) showed at `body` (None: gone): the version our
+        writes for it wait for may have come."""
+        self.devices.watched_claim(key, body)
+        self.writes.claim_observed(key, None if body is None else self.devices.seen_rv(key))
 
     def expect(self, kind: str) -> None:
         """`kind` is watched: decisions that depend on it wait for its first LIST."""
@@ -377,7 +376,3 @@ class ClusterCache:
             "assumed": {"count": len(self.assumptions)},
             "dra": dict(self.devices.counts()),
         }
-
-
-def _name(body: Body) -> str:
-    return str((body.get("metadata") or {}).get("name") or "")

@@ -7,8 +7,8 @@ to its kind, so the watches feed every kind through one `ClusterCache.apply`/`re
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from gangsched.cluster.store import Body, Kind
 from gangsched.model import (
@@ -33,6 +33,8 @@ from gangsched.model.dra import (
     parse_resource_slice,
 )
 from gangsched.model.pdb import DisruptionBudget, parse_disruption_budget
+
+T = TypeVar("T")
 
 DEVICE_CLASSES = "deviceclasses"
 RESOURCE_SLICES = "resourceslices"
@@ -97,8 +99,10 @@ def _without_version(obj: ResourceSlice | DeviceClass) -> object:
     return dataclasses.replace(obj, resource_version="")
 
 
-def _ignore_priorities(parse: Any) -> Any:
-    def parse_alone(body: Body, _: PriorityClasses) -> Any:
+def _ignore_priorities(parse: Callable[[Body], T]) -> Callable[[Body, PriorityClasses], T]:
+    """A parser that needs no PriorityClasses, in the shape `Kind.parse` takes."""
+
+    def parse_alone(body: Body, _: PriorityClasses) -> T:
         return parse(body)
 
     return parse_alone

@@ -162,12 +162,6 @@ class Scheduler:
     async def stop(self) -> None:
         await self.tasks.stop()
 
-    async def housekeeping(self) -> None:
-        """Every timer's work once (tests, and nothing else, call it)."""
-        await self.live.resync_finished()
-        await self.sweep_claims()
-        await self.sync_group_claims()
-
     async def sweep_claims(self) -> None:
         """Reservations of claims for pods that are gone, and stale allocations (walks every claim)."""
         if self.cache.devices.claims:
@@ -206,7 +200,7 @@ class Scheduler:
         self.liveness.step = "building the queue"
         pods = self.cache.pods_for_engine()
         pod_groups = [g for k, g in self.cache.pod_groups.items() if self.config.in_scope(k[0])]
-        queue = await self._ready_queue(pods, pod_groups, now)
+        queue = self._ready_queue(pods, pod_groups, now)
         if queue.requests or queue.gated:
             self.liveness.step = "the engine"
             # What the snapshot saw: events applied while the engine runs count as changes after it.
@@ -261,7 +255,7 @@ class Scheduler:
                 alive.append(reservation)
         return alive
 
-    async def _ready_queue(self, pods: list[Pod], pod_groups: list[PodGroup], now: float) -> Queue:
+    def _ready_queue(self, pods: list[Pod], pod_groups: list[PodGroup], now: float) -> Queue:
         """This cycle's queue, built once from what the engine is given, with only the groups
         that may be decided now."""
         cache = self.cache
@@ -282,20 +276,20 @@ class Scheduler:
         for key, is_group in queue.entries():
             if is_group and not groups_synced:
                 continue
-            if self.config.in_scope(key[0]) and await self._may_decide(key, is_group, now):
+            if self.config.in_scope(key[0]) and self._may_decide(key, is_group, now):
                 ready.add((key, is_group))
         return queue.only(lambda key, is_group: (key, is_group) in ready)
 
-    async def _may_decide(self, key: Key, is_group: bool, now: float) -> bool:
+    def _may_decide(self, key: Key, is_group: bool, now: float) -> bool:
         if self.queue.binding(key):
             return False
-        if is_group and not await self._caught_up(key, now):
+        if is_group and not self._caught_up(key, now):
             return False
         if key not in self.reservations and self.queue.starving(key, now):
             return True  # decided now, whatever its backoff: so it gets its reservation now
         return self.queue.due(key, now, self.cache.generation)
 
-    async def _caught_up(self, key: Key, now: float) -> bool:
+    def _caught_up(self, key: Key, now: float) -> bool:
         """Never decide a group on a cache that has not seen our own writes for it (KEP-5647)."""
         state = self.queue.state(key)
         caught = self.cache.caught_up(key)
