@@ -4,10 +4,11 @@ One module serves the integration tests, the demo and people (``make dev-cluster
 real apiserver catches what mocks cannot (validation, RBAC, conflicts on Binding, field
 selectors), and starting it as local processes needs neither docker nor kind.
 
-kube-controller-manager runs only the controllers DRA needs (:data:`CONTROLLERS`): the
-resourceclaim controller (ResourceClaimTemplate -> ResourceClaim per pod,
-``pod.status.resourceClaimStatuses``, stale ``reservedFor`` entries removed and claims of
-finished pods deallocated) and the garbage collector (generated claims go with their pod).
+kube-controller-manager runs only the controllers DRA and workload owners need
+(:data:`CONTROLLERS`): the resourceclaim controller (ResourceClaimTemplate -> ResourceClaim
+per pod, ``pod.status.resourceClaimStatuses``, stale ``reservedFor`` entries removed and claims
+of finished pods deallocated), the garbage collector (generated claims go with their pod, an
+automatic gang's PodGroup with its workload) and the Job controller.
 It is started when its binary was built (`make control-plane`); the control plane works
 without it, DRA tests then skip. There is no namespace controller and no kubelet: nothing
 finalizes namespaces, nothing runs pods. :func:`delete_namespace` does the namespace
@@ -81,11 +82,13 @@ FEATURE_GATES: Final[Mapping[str, bool]] = {
 DISABLED_ADMISSION_PLUGINS: Final = ("ServiceAccount", "TaintNodesByCondition")
 
 # kube-controller-manager's controllers (names from cmd/kube-controller-manager/names in
-# v1.36.3): only what DRA needs. `resourceclaim-controller` (alias resource-claim-controller)
-# is on by default since DynamicResourceAllocation went GA; the garbage collector deletes a
-# generated claim once its pod is gone. Not the namespace controller: delete_namespace does
-# its job, and both at once would race on the namespace's finalize call.
-CONTROLLERS: Final = ("resourceclaim-controller", "garbage-collector-controller")
+# v1.36.3): what DRA and workload owners need. `resourceclaim-controller` (alias
+# resource-claim-controller) is on by default since DynamicResourceAllocation went GA; the
+# garbage collector deletes a generated claim once its pod is gone, and an automatic gang's
+# PodGroup with its workload; `job-controller` runs Jobs (automatic gangs, Kueue, and the
+# native Job integration behind WorkloadWithJob). Not the namespace controller:
+# delete_namespace does its job, and both at once would race on the namespace's finalize call.
+CONTROLLERS: Final = ("resourceclaim-controller", "garbage-collector-controller", "job-controller")
 
 # kube-controller-manager's client rate limit. The defaults (20 QPS, burst 30) would make
 # creating the claims of a 256-pod gang take ~12 s; the apiserver here has no APF either.
