@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from gangsched.model import common as _podgroup
+from gangsched.model.owners import LEADERWORKERSET, OWNER_KINDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,7 @@ class ApiUse:
 
 
 _DRA: Final = "DRA, when served"
+_OWNERS: Final = "automatic gangs, when served"
 _NATIVE: Final = f"{_podgroup.NATIVE_GROUP}/{_podgroup.NATIVE_VERSION}"
 
 USED_APIS: Final[tuple[ApiUse, ...]] = (
@@ -47,14 +49,14 @@ USED_APIS: Final[tuple[ApiUse, ...]] = (
         f"{_podgroup.GROUP}/{_podgroup.VERSION}",
         "PodGroup",
         _podgroup.PLURAL,
-        ("list", "watch"),
+        ("list", "watch", "create", "delete"),
     ),
     ApiUse(f"{_podgroup.GROUP}/{_podgroup.VERSION}", "PodGroup", f"{_podgroup.PLURAL}/status", ("patch",)),
     ApiUse(
         _NATIVE, "PodGroup", _podgroup.NATIVE_PLURAL, ("get", "list", "watch"), f"when {_NATIVE} is served"
     ),
     ApiUse(_NATIVE, "PodGroup", f"{_podgroup.NATIVE_PLURAL}/status", ("patch",), f"when {_NATIVE} is served"),
-    ApiUse("v1", "Pod", "pods", ("get", "list", "watch", "delete")),
+    ApiUse("v1", "Pod", "pods", ("get", "list", "watch", "patch", "delete")),
     ApiUse("v1", "Pod", "pods/status", ("patch",)),
     ApiUse("v1", "Binding", "pods/binding", ("create",)),
     ApiUse("v1", "Node", "nodes", ("list", "watch")),
@@ -73,6 +75,20 @@ USED_APIS: Final[tuple[ApiUse, ...]] = (
     ApiUse("resource.k8s.io/v1", "ResourceClaim", "resourceclaims/status", ("patch",), _DRA),
     ApiUse("resource.k8s.io/v1", "ResourceClaim", "resourceclaims/binding", ("patch",), _DRA),
     ApiUse("resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates", ("get",), _DRA),
+    # Workload owners whose pods make automatic gangs (model/owners.py), each when served.
+    *(
+        ApiUse(
+            kind.api_version, kind.kind, kind.plural, ("get", "list", "watch"), "automatic gangs, when served"
+        )
+        for kind in OWNER_KINDS
+    ),
+    ApiUse(
+        "apps/v1",
+        "StatefulSet",
+        "statefulsets",
+        ("list", "watch"),
+        f"automatic gangs, when {LEADERWORKERSET.kind} is served",
+    ),
     ApiUse(
         "coordination.k8s.io/v1",
         "Lease",

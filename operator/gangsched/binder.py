@@ -1,4 +1,5 @@
-"""Writes, and only writes: Bindings, PodGroup status, Events, rollback deletions.
+"""Writes, and only writes: Bindings, PodGroup status, Events, rollback deletions, and an
+automatic gang's PodGroup and pod labels.
 
 Requests are built by pure functions (`binding_body`, `event_body`, ...) and sent through
 the shared `Transport` (bounded, retried on transient failures). Conflicts are reported as
@@ -19,7 +20,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gangsched.cluster.devices import claim_path
-from gangsched.model import BOUND_FOR_ANNOTATION, GROUP, PLURAL, VERSION, Pod, PodGroup, PodGroupApi
+from gangsched.model import (
+    BOUND_FOR_ANNOTATION,
+    GROUP,
+    PLURAL,
+    VERSION,
+    OwnerRef,
+    Pod,
+    PodGroup,
+    PodGroupApi,
+)
 from gangsched.model.text import printable
 from gangsched.session import MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError
 from gangsched.transport import FencedError, Transport
@@ -118,6 +128,28 @@ def pod_group_ref(
 def group_ref(group: PodGroup) -> dict[str, str]:
     """An Event's involvedObject for `group`, in its own API."""
     return pod_group_ref(group.namespace, group.name, group.uid, group.api)
+
+
+def owner_event_ref(owner: OwnerRef, namespace: str) -> dict[str, str]:
+    """An Event's involvedObject for a workload owner (an automatic gang's)."""
+    return {
+        "apiVersion": owner.api_version,
+        "kind": owner.kind,
+        "namespace": namespace,
+        "name": owner.name,
+        "uid": owner.uid,
+    }
+
+
+def pod_group_path(namespace: str, name: str = "") -> str:
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+    return f"{path}/{name}" if name else path
+
+
+def pod_label_patch(pod: Pod, labels: Mapping[str, str]) -> dict[str, Any]:
+    """A merge patch adding `labels`, with the pod's UID as precondition (a pod recreated
+    under the same name is not labelled)."""
+    return {"metadata": {"uid": pod.uid, "labels": dict(labels)}}
 
 
 def native_status_path(namespace: str, name: str) -> str:
@@ -313,6 +345,32 @@ class Binder:
     async def delete_claim(self, namespace: str, name: str) -> None:
         """Delete a ResourceClaim; raises ApiError (404 included)."""
         await self.transport.call("DELETE", claim_path(namespace, name))
+
+    # ------------------------------------------------------------------ automatic gangs
+
+    async def create_pod_group(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a PodGroup (an automatic gang's, `model.owners.pod_group_manifest`);
+        returns it; raises ApiError (409 when one of that name exists)."""
+        created: dict[str, Any] = await self.transport.call(
+            "POST", pod_group_path(body["metadata"]["namespace"]), body=dict(body)
+        )
+        return created
+
+    async def delete_pod_group(self, namespace: str, name: str, uid: str) -> None:
+        """Delete that incarnation of a PodGroup (its UID as precondition); raises ApiError."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
+        await self.transport.call("DELETE", pod_group_path(namespace, name), body=body)
+
+    async def label_pod(self, pod: Pod, labels: Mapping[str, str]) -> dict[str, Any]:
+        """Add `labels` to a pod (merge patch, its UID as precondition); returns the pod;
+        raises ApiError (404 gone, 409 another pod of that name)."""
+        labelled: dict[str, Any] = await self.transport.call(
+            "PATCH",
+            f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}",
+            body=pod_label_patch(pod, labels),
+            content_type=MERGE_PATCH,
+        )
+        return labelled
 
 
 def claim_finalizer_patch(rv: str, finalizers: Sequence[str]) -> dict[str, Any]:

@@ -38,16 +38,26 @@ from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, LiveReader
 from gangsched.cluster.devices import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from gangsched.cluster.informer import Informer, Resource, WatchHealth
-from gangsched.cluster.kinds import NATIVE_POD_GROUP, POD_GROUP
+from gangsched.cluster.kinds import (
+    LWS_STATEFULSET_SELECTOR,
+    LWS_STATEFULSETS,
+    NATIVE_POD_GROUP,
+    OWNERS,
+    POD_GROUP,
+)
 from gangsched.handlers import Intake
 from gangsched.leader import LeaderElector, LeaseConfig, default_identity
 from gangsched.loop import Scheduler, SchedulerConfig
 from gangsched.metrics import Metrics, serve
 from gangsched.model import GROUP, LIVE_PODS_SELECTOR, PLURAL, VERSION, PodGroupApi
+from gangsched.model.owners import LEADERWORKERSET, OwnerKind
 from gangsched.session import ApiError, ApiSession, bearer_token, serves
 from gangsched.transport import Transport
 
 log = logging.getLogger(__name__)
+
+# Owner kinds not served at startup (a CRD installed later) are looked for again this often.
+OWNER_DISCOVERY_SECONDS = 30.0
 
 
 @dataclass(slots=True)
@@ -98,6 +108,8 @@ class Operator:
     # Created on kopf's event loop at startup.
     session: ApiSession | None = None
     informers: list[Informer] = field(default_factory=list)
+    # The workload owner kinds watched (those served; more once their CRD is installed).
+    owner_kinds: list[OwnerKind] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     synced: asyncio.Event | None = None
 
@@ -153,7 +165,7 @@ def assemble(options: RunOptions) -> Operator:
 
 def _start_watches(op: Operator) -> None:
     """One informer per watched kind, all into `Intake`."""
-    session = op.session = ApiSession(op.configuration, user_agent=op.user_agent)
+    op.session = ApiSession(op.configuration, user_agent=op.user_agent)
     resources = [
         Resource("pods", "/api/v1/pods", {"fieldSelector": LIVE_PODS_SELECTOR}),
         Resource("nodes", "/api/v1/nodes"),
@@ -169,28 +181,85 @@ def _start_watches(op: Operator) -> None:
     if op.cache.native_pod_groups:
         native = PodGroupApi.NATIVE
         resources.append(Resource(NATIVE_POD_GROUP.name, f"/apis/{native.api_version}/{PLURAL}", strict=True))
+    for kind in op.owner_kinds:
+        resources += _owner_resources(kind)
+    _start_informers(op, resources)
+    loop = asyncio.get_running_loop()
+    op.tasks.append(loop.create_task(_synced(op), name="first lists"))
+    op.tasks.append(loop.create_task(_discover_owners_later(op), name="owner kinds discovery"))
+
+
+def _start_informers(op: Operator, resources: list[Resource]) -> None:
+    assert op.session is not None
+    loop = asyncio.get_running_loop()
     for resource in resources:
         op.cache.expect(resource.kind)
-    op.informers = [
-        Informer(session=session, resource=r, sink=op.intake.sink(r.kind), health=op.health)
-        for r in resources
-    ]
-    loop = asyncio.get_running_loop()
-    for informer in op.informers:
-        op.tasks.append(loop.create_task(informer.run(), name=f"informer {informer.resource.kind}"))
-    op.tasks.append(loop.create_task(_synced(op), name="first lists"))
+        informer = Informer(
+            session=op.session, resource=resource, sink=op.intake.sink(resource.kind), health=op.health
+        )
+        op.informers.append(informer)
+        op.tasks.append(loop.create_task(informer.run(), name=f"informer {resource.kind}"))
 
 
-async def _served(op: Operator, group_version: str, *resources: str) -> bool | None:
+def _owner_resources(kind: OwnerKind) -> list[Resource]:
+    """The watches of one owner kind (a LeaderWorkerSet's also those of its StatefulSets)."""
+    prefix = "/apis" if "/" in kind.api_version else "/api"
+    resources = [Resource(OWNERS[kind].name, f"{prefix}/{kind.api_version}/{kind.plural}")]
+    if kind is LEADERWORKERSET:
+        resources.append(
+            Resource(
+                LWS_STATEFULSETS.name,
+                "/apis/apps/v1/statefulsets",
+                {"labelSelector": LWS_STATEFULSET_SELECTOR},
+            )
+        )
+    return resources
+
+
+async def _discover_owners(op: Operator, kinds: list[OwnerKind]) -> list[OwnerKind]:
+    """The kinds of `kinds` the API serves (a kind it could not tell about counts as not)."""
+    served = []
+    for kind in kinds:
+        if await _served(op, kind.api_version, kind.plural, quiet=True):
+            served.append(kind)
+    return served
+
+
+async def _discover_owners_later(op: Operator) -> None:
+    """Watch an owner kind once it is served (its CRD installed after gangsched started)."""
+    while True:
+        await asyncio.sleep(OWNER_DISCOVERY_SECONDS)
+        missing = [k for k in OWNERS if k not in op.owner_kinds]
+        if not missing:
+            return
+        for kind in await _discover_owners(op, missing):
+            log.info("%s %s is served now: its pods make automatic gangs", kind.api_version, kind.kind)
+            op.owner_kinds.append(kind)
+            _start_informers(op, _owner_resources(kind))
+
+
+async def _served(op: Operator, group_version: str, *resources: str, quiet: bool = False) -> bool | None:
     """`session.serves`, through the transport (its slots and retries); None (with a
-    warning) when the API could not tell."""
+    warning, unless `quiet`) when the API could not tell."""
     try:
         return await serves(op.transport.get, group_version, *resources)
     except ApiError as exc:
-        log.warning("could not tell whether %s is served (%s); watching it", group_version, exc.status)
+        error = str(exc.status)
     except Exception as exc:
-        log.warning("could not tell whether %s is served (%s); watching it", group_version, exc)
+        error = str(exc)
+    if not quiet:
+        log.warning("could not tell whether %s is served (%s); watching it", group_version, error)
     return None
+
+
+async def _discover_owner_kinds(op: Operator) -> None:
+    """Watch the workload owners the API serves (batch/v1 Jobs always; the CRDs where
+    installed): their pods make automatic gangs (model/owners.py)."""
+    op.owner_kinds = await _discover_owners(op, list(OWNERS))
+    log.info(
+        "automatic gangs from: %s",
+        ", ".join(f"{k.kind} ({k.api_version})" for k in op.owner_kinds) or "no owner kind served",
+    )
 
 
 async def _discover_dra(op: Operator) -> None:
@@ -261,6 +330,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
         op.synced = asyncio.Event()
         await _discover_dra(op)
         await _discover_native_pod_groups(op)
+        await _discover_owner_kinds(op)
         _start_watches(op)
         op.tasks.insert(0, asyncio.get_running_loop().create_task(_main(op), name="gangsched main"))
         if op.options.metrics_port:

@@ -281,3 +281,50 @@ def raycluster(name: str, worker_groups: Sequence[tuple[int | None, int | None]]
 
 def rayjob(name: str, **options: Any) -> Manifest:
     return owner_manifest("ray.io/v1", "RayJob", name, {"entrypoint": "python train.py"}, **options)
+
+
+# ------------------------------------------------------------- objects for a real apiserver
+
+
+def gpu_template(gpu: int = 8, *, scheduler_name: str = "gangsched", **labels: str) -> Manifest:
+    """A pod template of ours asking for `gpu` GPUs (fakenodes' nodes offer nvidia.com/gpu)."""
+    requests = {"cpu": "100m", "nvidia.com/gpu": str(gpu)}
+    template: Manifest = {
+        "spec": {
+            "schedulerName": scheduler_name,
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "main", "image": "train", "resources": {"requests": requests, "limits": requests}}
+            ],
+        }
+    }
+    if labels:
+        template["metadata"] = {"labels": dict(labels)}
+    return template
+
+
+def submitted(body: Mapping[str, Any], namespace: str) -> Manifest:
+    """`body` as a user submits it: in `namespace`, without the UID the API assigns."""
+    metadata = {k: v for k, v in body["metadata"].items() if k != "uid"}
+    metadata["namespace"] = namespace
+    return {**body, "metadata": metadata}
+
+
+def gpu_job(
+    name: str,
+    parallelism: int | None,
+    completions: int | None,
+    *,
+    gpu: int = 8,
+    indexed: bool = True,
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    suspend: bool | None = None,
+) -> Manifest:
+    """A batch/v1 Job of GPU pods of ours, as a user writes it (no UID: `submitted`)."""
+    body = job(name, parallelism, completions, indexed=indexed, annotations=annotations, labels=labels)
+    body["spec"]["template"] = gpu_template(gpu)
+    if suspend is not None:
+        body["spec"]["suspend"] = suspend
+    del body["metadata"]["uid"]
+    return body

@@ -35,11 +35,14 @@ from gangsched.model import (
 )
 from gangsched.model.owners import (
     LWS_GROUP_INDEX_LABEL,
+    CreatePodGroup,
+    JoinPodGroup,
     OwnerNotKnownError,
-    existing_pod_group_problem,
-    needs_replacement,
+    form_gangs,
+    formation,
     owner_kind,
     parse_topology_annotation,
+    replacement,
 )
 from gangsched_testing import owners as b
 
@@ -613,23 +616,85 @@ def test_the_label_patched_on_members_matches_the_group_name() -> None:
     assert parse_pod_group(pod_group_manifest(result)).name == result.name
 
 
+def _groups(*bodies: Body) -> dict[tuple[str, str], Any]:
+    groups = {}
+    for body in bodies:
+        group = parse_pod_group({**body, "metadata": {"uid": "uid-pg", **body["metadata"]}})
+        groups[group.key] = group
+    return groups
+
+
+def test_formation_creates_the_pod_group_then_joins_it() -> None:
+    job = b.job("train", 2, 2, indexed=True)
+    pod = parse_pod(b.owned_pod("p", job))
+    step = formation(pod, index(job), {}.get)
+    assert isinstance(step, CreatePodGroup)
+    groups = _groups(pod_group_manifest(step.gang))
+    joined = formation(pod, index(job), groups.get)
+    assert isinstance(joined, JoinPodGroup)
+    assert joined.gang == step.gang
+
+
 def test_a_pod_group_gangsched_did_not_create_is_never_adopted() -> None:
     job = b.job("train", 2, 2, indexed=True)
-    result = expect_gang(gang(b.owned_pod("p", job), job))
-    assert existing_pod_group_problem(result, pod_group_manifest(result)) is None
-    foreign = {"metadata": {"name": "job-train", "namespace": "ml", "labels": {"team": "a"}}}
-    problem = existing_pod_group_problem(result, foreign)
-    assert problem is not None
+    pod = parse_pod(b.owned_pod("p", job))
+    foreign = {
+        "apiVersion": "scheduling.gangsched.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "job-train", "namespace": "ml", "labels": {"team": "a"}},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+    }
+    problem = formation(pod, index(job), _groups(foreign).get)
+    assert isinstance(problem, Waiting)
     assert MANAGED_BY_LABEL in problem.reason
-    assert problem.warn == result.owner
+    assert problem.warn is not None
+    assert problem.warn.uid == job["metadata"]["uid"]
+    assert problem.problem == "PodGroupNameClash"
+
+
+def test_a_pod_group_of_ours_for_another_owner_of_that_name_is_waited_out() -> None:
+    old = b.job("train", 2, 2, indexed=True)
+    new = b.job("train", 2, 2, indexed=True)
+    new["metadata"]["uid"] = "uid-job-train-2"
+    body = pod_group_manifest(expect_gang(gang(b.owned_pod("p", old), old)))
+    step = formation(parse_pod(b.owned_pod("q", new)), index(new), _groups(body).get)
+    assert isinstance(step, Waiting)
+    assert "another owner" in step.reason
+    assert step.warn is None
+
+
+def test_a_labelled_pod_whose_pod_group_is_missing_gets_it_created_again() -> None:
+    job = b.job("train", 2, 2, indexed=True)
+    labelled = parse_pod(b.owned_pod("p", job, group="job-train"))
+    step = formation(labelled, index(job), {}.get)
+    assert isinstance(step, CreatePodGroup)
+    assert step.gang.name == "job-train"
+    # Labelled with another name: not ours to make.
+    assert formation(parse_pod(b.owned_pod("p", job, group="mine")), index(job), {}.get) is None
 
 
 def test_a_changed_count_replaces_the_pod_group_only_before_any_member_is_bound() -> None:
     job = b.job("train", 4, 4, indexed=True)
     result = expect_gang(gang(b.owned_pod("p", job), job))
-    assert needs_replacement(result, current_min_count=2, members_bound=0)
-    assert not needs_replacement(result, current_min_count=2, members_bound=1)
-    assert not needs_replacement(result, current_min_count=4, members_bound=0)
+    group = next(iter(_groups(pod_group_manifest(result)).values()))
+    pending = parse_pod(b.owned_pod("p", job, group="job-train"))
+    bound = parse_pod(b.owned_pod("q", job, group="job-train", node_name="n1"))
+    assert replacement(group, index(job), [pending]) is None  # the same count: kept
+    job["spec"]["parallelism"] = job["spec"]["completions"] = 2
+    changed = replacement(group, index(job), [pending])
+    assert changed is not None
+    assert changed.min_count == 2
+    assert replacement(group, index(job), [pending, bound]) is None  # a member is bound
+
+
+def test_form_gangs_labels_members_and_creates_one_pod_group_per_gang() -> None:
+    job = b.job("train", 2, 2, indexed=True)
+    queue_job = b.job("queue", 2, None)
+    pods = [parse_pod(b.owned_pod(n, job)) for n in ("a", "b")] + [parse_pod(b.owned_pod("c", queue_job))]
+    formed = form_gangs(pods, [parse_owner(job), parse_owner(queue_job)], [])
+    assert [g.name for g in formed.created] == ["job-train"]
+    assert [p.pod_group for p in formed.pods] == ["job-train", "job-train", None]
+    assert formed.waiting == {}
 
 
 def _chain(*bodies: Body) -> Sequence[Owner]:

@@ -32,6 +32,7 @@ from gangsched.cluster.kinds import (
     BUDGET,
     KINDS,
     NODE,
+    OWNER_STORE_KINDS,
     POD,
     POD_GROUP,
     POD_GROUP_KINDS,
@@ -41,6 +42,7 @@ from gangsched.cluster.kinds import (
 from gangsched.cluster.store import Body, ByName, Change, Kind, Store, key_of
 from gangsched.cluster.writes import WriteTracker
 from gangsched.model import Key, Node, Pod, PodGroup, PodGroupApi, PriorityClasses
+from gangsched.model.owners import Owner, pod_as_owner
 from gangsched.model.pdb import DisruptionBudget
 
 __all__ = ["ClusterCache", "Key"]
@@ -61,6 +63,12 @@ class ClusterCache:
         self._pod_groups: dict[Key, PodGroup] = {}
         self._shadowed: dict[Key, PodGroup] = {}
         self._by_group: dict[Key, set[Key]] = {}
+        # Workload owners by UID, what each controls, and pods by UID: the chains automatic
+        # gangs follow (`owners`, an OwnerLookup).
+        self._owners: dict[str, Owner] = {}
+        self._controls: dict[str, set[str]] = {}
+        self._pod_uids: dict[str, Key] = {}
+        self.owners = _OwnerChains(self)
         self.generation = 0  # bumped on every change that can alter a decision
         # Called with the seconds from an assumption to the watch showing that pod bound:
         # the cache's lag behind our own writes (a metric).
@@ -133,13 +141,37 @@ class ClusterCache:
             self._priority_classes_changed(changes)
         elif kind is BUDGET:
             return  # budgets only order preemption victims: no decision to retry
+        elif kind in OWNER_STORE_KINDS:
+            for change in changes:
+                self._owner_changed(change)
         elif any(change.significant for change in changes):
             self.generation += 1
+
+    def _owner_changed(self, change: Change[Owner]) -> None:
+        old, new = change.old, change.new
+        if old is not None:
+            self._owners.pop(old.uid, None)
+            if old.controller is not None:
+                children = self._controls.get(old.controller.uid)
+                if children is not None:
+                    children.discard(old.uid)
+                    if not children:
+                        del self._controls[old.controller.uid]
+        if new is not None:
+            self._owners[new.uid] = new
+            if new.controller is not None:
+                self._controls.setdefault(new.controller.uid, set()).add(new.uid)
+        if change.significant:
+            self.generation += 1  # a pod waiting for its owner, or a gang's count, may move
 
     def _pod_changed(self, change: Change[Pod]) -> None:
         old, new = change.old, change.new
         if change.significant:
             self.generation += 1  # only what can change a decision counts as a change
+        if old is not None and old.uid:
+            self._pod_uids.pop(old.uid, None)
+        if new is not None and new.uid:
+            self._pod_uids[new.uid] = change.key
         if old is not None and old.pod_group is not None and (new is None or new.pod_group != old.pod_group):
             group = (old.namespace, old.pod_group)
             members = self._by_group.get(group)
@@ -329,6 +361,10 @@ class ClusterCache:
             return None
         return key
 
+    def owner_kinds_synced(self) -> bool:
+        """Has every watched owner kind listed since its watch last ended?"""
+        return all(self.store.synced(kind) for kind in OWNER_STORE_KINDS)
+
     def pods_for_engine(self) -> list[Pod]:
         """Every pod, with assumed bindings applied: bound once, never pending twice."""
         view = self.assumptions.view
@@ -376,3 +412,26 @@ class ClusterCache:
             "assumed": {"count": len(self.assumptions)},
             "dra": dict(self.devices.counts()),
         }
+
+
+class _OwnerChains:
+    """The cache as an `OwnerLookup`: workload owners by UID, and pods (a LeaderWorkerSet's
+    leader pod controls its group's worker StatefulSet)."""
+
+    __slots__ = ("_cache",)
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self._cache = cache
+
+    def get(self, uid: str) -> Owner | None:
+        cache = self._cache
+        owner = cache._owners.get(uid)
+        if owner is not None:
+            return owner
+        key = cache._pod_uids.get(uid)
+        pod = cache.pods.get(key) if key is not None else None
+        return pod_as_owner(pod) if pod is not None else None
+
+    def controlled_by(self, uid: str) -> Iterable[Owner]:
+        cache = self._cache
+        return [cache._owners[child] for child in cache._controls.get(uid, ()) if child in cache._owners]

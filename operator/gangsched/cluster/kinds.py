@@ -32,6 +32,7 @@ from gangsched.model.dra import (
     parse_resource_claim,
     parse_resource_slice,
 )
+from gangsched.model.owners import LWS_NAME_LABEL, OWNER_KINDS, Owner, OwnerKind, parse_owner
 from gangsched.model.pdb import DisruptionBudget, parse_disruption_budget
 
 T = TypeVar("T")
@@ -69,7 +70,16 @@ def _pod_group_view(group: PodGroup) -> object:
     return (group.uid, group.generation)
 
 
-_POD_GROUP_META = ("name", "namespace", "uid", "generation", "resourceVersion", "creationTimestamp")
+_POD_GROUP_META = (
+    "name",
+    "namespace",
+    "uid",
+    "generation",
+    "resourceVersion",
+    "creationTimestamp",
+    "labels",  # managed-by: an automatic gang's
+    "ownerReferences",  # and its workload
+)
 
 
 def _pod_group_body(body: Body) -> Body:
@@ -148,22 +158,54 @@ RESOURCE_CLAIM: Kind[ResourceClaim] = Kind(
     RESOURCE_CLAIMS, _ignore_priorities(parse_resource_claim), view=_claim_view, errors=_READER_ERRORS
 )
 
+
+def owner_collection(kind: OwnerKind) -> str:
+    """The collection name of an owner kind (`jobs.batch`, `rayclusters.ray.io`, ...)."""
+    return f"{kind.plural}.{kind.group}"
+
+
+# Workload owners (model/owners.py): the table kinds, and the StatefulSets a LeaderWorkerSet's
+# chains pass through (only those: the watch selects LWS_NAME_LABEL). An owner's view is the
+# `Owner` itself: its status (a Job's counters, changed by every pod) is not in it.
+OWNER_KIND_OF: Mapping[str, OwnerKind] = {owner_collection(k): k for k in OWNER_KINDS}
+
+
+def _owner_parser(api_version: str, kind: str) -> Callable[[Body, PriorityClasses], Owner]:
+    """parse_owner for one collection: the items of a LIST carry no apiVersion and kind."""
+
+    def parse(body: Body, _: PriorityClasses) -> Owner:
+        if body.get("apiVersion") and body.get("kind"):
+            return parse_owner(body)
+        return parse_owner({**body, "apiVersion": api_version, "kind": kind})
+
+    return parse
+
+
+OWNERS: Mapping[OwnerKind, Kind[Owner]] = {
+    k: Kind(owner_collection(k), _owner_parser(k.api_version, k.kind), errors=_READER_ERRORS)
+    for k in OWNER_KINDS
+}
+LWS_STATEFULSETS: Kind[Owner] = Kind(
+    "statefulsets.apps", _owner_parser("apps/v1", "StatefulSet"), errors=_READER_ERRORS
+)
+LWS_STATEFULSET_SELECTOR = LWS_NAME_LABEL
+OWNER_STORE_KINDS: tuple[Kind[Owner], ...] = (*OWNERS.values(), LWS_STATEFULSETS)
+
 POD_GROUP_KINDS: Mapping[PodGroupApi, Kind[PodGroup]] = {
     PodGroupApi.GANGSCHED: POD_GROUP,
     PodGroupApi.NATIVE: NATIVE_POD_GROUP,
 }
 
-KINDS: Mapping[str, Kind[Any]] = {
-    kind.name: kind
-    for kind in (
-        POD,
-        NODE,
-        POD_GROUP,
-        NATIVE_POD_GROUP,
-        PRIORITY_CLASS,
-        BUDGET,
-        DEVICE_CLASS,
-        RESOURCE_SLICE,
-        RESOURCE_CLAIM,
-    )
-}
+_ALL: tuple[Kind[Any], ...] = (
+    POD,
+    NODE,
+    POD_GROUP,
+    NATIVE_POD_GROUP,
+    PRIORITY_CLASS,
+    BUDGET,
+    DEVICE_CLASS,
+    RESOURCE_SLICE,
+    RESOURCE_CLAIM,
+    *OWNER_STORE_KINDS,
+)
+KINDS: Mapping[str, Kind[Any]] = {kind.name: kind for kind in _ALL}

@@ -187,9 +187,10 @@ def schedule_cycle(
     by_key = {(d.namespace, d.name, d.is_pod_group): d for d in all_decisions}
     pod_rows: list[tuple[Pod, str | None, GroupDecision]] = []
     for pod in queue.pending:
-        if pod.pod_group is None or not belongs(pod, groups_by_key.get((pod.namespace, pod.pod_group))):
-            decision = by_key[(pod.namespace, pod.name, False)]
-        else:
-            decision = by_key[(pod.namespace, pod.pod_group, True)]
+        group_decision = None
+        if pod.pod_group is not None and belongs(pod, groups_by_key.get((pod.namespace, pod.pod_group))):
+            group_decision = by_key.get((pod.namespace, pod.pod_group, True))
+        # A member held alone while its automatic gang's PodGroup is made again has its own.
+        decision = group_decision or by_key[(pod.namespace, pod.name, False)]
         pod_rows.append((pod, decision.assignments.get(pod.key), decision))
     return CycleResult(decisions=all_decisions, pods=pod_rows, reservations=standing)

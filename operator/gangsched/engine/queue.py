@@ -115,10 +115,12 @@ def build_queue(
     *,
     scheduler_name: str,
     waiting_seconds: Mapping[Key, float],
+    held: Mapping[Key, str] | None = None,
 ) -> Queue:
     """Group the pending pods of `scheduler_name`: by the PodGroup they name (gangsched's label
     or Kubernetes' spec.schedulingGroup), else one pod a group. A pod naming a PodGroup of the
-    other API than the PodGroup of that name waits alone (`foreign_message`)."""
+    other API than the PodGroup of that name waits alone (`foreign_message`). A pod in `held`
+    (an automatic gang being formed, `loop.gangs`) waits alone with that reason, never placed."""
     groups_by_key = {g.key: g for g in pod_groups}
     members: dict[Key, list[Pod]] = {}
     scheduler_names: dict[Key, set[str]] = {}
@@ -145,10 +147,24 @@ def build_queue(
 
     pending_by_group: dict[Key, list[Pod]] = {}
     for pod in queue.pending:
-        if pod.pod_group is not None and pod.key not in foreign:
+        if pod.pod_group is not None and pod.key not in foreign and not (held and pod.key in held):
             pending_by_group.setdefault((pod.namespace, pod.pod_group), []).append(pod)
     seen_groups: set[Key] = set()
     for pod in queue.pending:
+        why = held.get(pod.key) if held else None
+        if why is not None:
+            queue.gated.append(
+                GroupDecision(
+                    namespace=pod.namespace,
+                    name=pod.name,
+                    scheduled=False,
+                    reason=Reason.WAITING_FOR_GANG,
+                    message=why,
+                    is_pod_group=False,
+                    pending=[pod],
+                )
+            )
+            continue
         if pod.pod_group is None:
             queue.requests.append(_single_pod(pod, waiting_seconds.get(pod.key, 0.0)))
             continue

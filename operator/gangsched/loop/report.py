@@ -75,6 +75,8 @@ class Reporter:
         """Record a group the engine did not place, and tell its PodGroup (or its pods) why."""
         key = decision.key
         self._verdicts[key] = Verdict(reason=decision.reason, message=decision.message)
+        if decision.reason is Reason.WAITING_FOR_GANG:
+            return  # loop.gangs tells the pod and its owner, once a wait is more than a moment
         if decision.reason == Reason.UNSCHEDULABLE:
             self._mark_pods(decision)
         if decision.is_pod_group and decision.reason != Reason.POD_GROUP_NOT_FOUND:

@@ -24,6 +24,7 @@ from gangsched.engine import CycleResult, DeviceCaches, Reservation, schedule_cy
 from gangsched.engine.queue import Queue, build_queue
 from gangsched.loop.claims import ClaimStep
 from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.gangs import GangFormation
 from gangsched.loop.groupclaims import GroupClaims
 from gangsched.loop.liveness import Liveness
 from gangsched.loop.pipeline import BindingPipeline, GangPlan, PreBindStep
@@ -104,6 +105,16 @@ class Scheduler:
             metrics=self.metrics,
             config=self.config,
             wake_later=self.wake_later,
+        )
+        self.gangs = GangFormation(
+            cache=cache,
+            binder=binder,
+            reporter=self.reporter,
+            tasks=self.tasks,
+            config=self.config,
+            wake=self.wake,
+            wake_later=self.wake_later,
+            clock=clock,
         )
         # Anti-starvation reservations, held across cycles (the engine makes and releases them).
         self.reservations: dict[Key, Reservation] = {}
@@ -259,11 +270,16 @@ class Scheduler:
         """This cycle's queue, built once from what the engine is given, with only the groups
         that may be decided now."""
         cache = self.cache
+        # Automatic gangs (loop.gangs): pods whose gang is being formed wait, never alone.
+        self.gangs.review(self.queue.binding)
+        held = self.gangs.hold(pods, now)
+        replacing = set(self.gangs.replacing)
         queue = build_queue(
             pods,
             pod_groups,
             scheduler_name=self.config.scheduler_name,
             waiting_seconds=self.queue.waiting_seconds(now),
+            held=held,
         )
         # A PodGroup watch ended and has not listed again: a PodGroup held may be gone (deleted
         # while the watch was down), so nothing that involves one is decided until it has.
@@ -274,7 +290,7 @@ class Scheduler:
         self.liveness.waiting((key for key in in_scope if not self.queue.binding(key)), now)
         ready: set[tuple[Key, bool]] = set()
         for key, is_group in queue.entries():
-            if is_group and not groups_synced:
+            if is_group and (not groups_synced or key in replacing):
                 continue
             if self.config.in_scope(key[0]) and self._may_decide(key, is_group, now):
                 ready.add((key, is_group))
@@ -363,3 +379,4 @@ class Scheduler:
 
         self.queue.collect(exists)
         self.reporter.collect(exists, lambda key: key in cache.pods)
+        self.gangs.collect(lambda key: key in cache.pods)

@@ -9,9 +9,11 @@ is invalid; never bound alone), or that it is not in one (None: scheduled as tod
 `pod_group_manifest` is the PodGroup gangsched creates for it.
 
 Everything here is pure: owners are `Owner` views parsed at the boundary (`parse_owner`), and
-the chain is looked up through an `OwnerLookup` the cache will feed. The operator wiring (the
-watches, creating PodGroups, labelling pods, the Events) is not here; see docs/architecture.md
-"Where workload owners plug in".
+the chain is looked up through an `OwnerLookup` (the cache's, fed by the owner watches; an
+`OwnerIndex` in tests and `simulate`). `formation` says a pod's next step (create the
+PodGroup, join it, wait), `replacement` when a PodGroup of ours no longer matches its owner;
+the loop (`loop/gangs.py`) makes the writes they call for, `simulate` applies them in memory
+(`form_gangs`). docs/architecture.md, "Automatic gangs", has the why.
 
 The chains the real controllers make (each read from the controller's source):
 
@@ -35,9 +37,10 @@ The chains the real controllers make (each read from the controller's source):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -51,11 +54,13 @@ from gangsched.model.common import (
     MANAGED_BY_VALUE,
     MIN_COUNT_ANNOTATION,
     NAMESPACE_DEFAULT,
+    POD_GROUP_LABEL,
     SCHEDULE_TIMEOUT_ANNOTATION,
     TOPOLOGY_ANNOTATION,
     VERSION,
     ModelError,
     OwnerRef,
+    PodGroupApi,
     controller_ref,
     list_field,
     object_field,
@@ -63,7 +68,8 @@ from gangsched.model.common import (
     str_map,
 )
 from gangsched.model.pod import Pod
-from gangsched.model.podgroup import SchedulingConstraints, TopologyConstraint
+from gangsched.model.podgroup import PodGroup, SchedulingConstraints, TopologyConstraint, parse_pod_group
+from gangsched.model.reasons import EventReason
 
 # The labels the LeaderWorkerSet controller and webhook put on every pod of a set.
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -570,6 +576,9 @@ class Waiting:
 
     reason: str
     warn: OwnerRef | None = None
+    # Why the owner is warned: an invalid annotation, or a PodGroup of the gang's name that
+    # gangsched did not create (EventReason values).
+    problem: str = ""
 
 
 def pod_group_name(kind: str, owner_name: str, group_index: str | None = None) -> str:
@@ -611,6 +620,12 @@ def _chain_top(pod: Pod, lookup: OwnerLookup) -> Owner | Waiting | None:
     return top
 
 
+def _eligible(pod: Pod, scheduler_name: str) -> bool:
+    """A pod of ours not in a group yet (neither the label nor spec.schedulingGroup), with a
+    controller: the only pods an automatic gang takes."""
+    return pod.scheduler_name == scheduler_name and pod.pod_group is None and pod.controller is not None
+
+
 def gang_of(
     pod: Pod,
     owners: OwnerLookup | Mapping[str, Owner] | Iterable[Owner],
@@ -621,12 +636,25 @@ def gang_of(
     it, None when it is in none: another scheduler's pod, a pod already in a group (the label,
     spec.schedulingGroup), one with no table kind in its controller chain, a top owner
     annotated gang "false", a work-queue Job without min-count."""
-    if pod.scheduler_name != scheduler_name or pod.pod_group is not None or pod.controller is None:
+    if not _eligible(pod, scheduler_name):
         return None
-    lookup = _lookup(owners)
+    return chain_gang(pod, _lookup(owners))
+
+
+def chain_gang(pod: Pod, lookup: OwnerLookup) -> AutomaticGang | Waiting | None:
+    """`gang_of` without the look at the pod itself: the gang its controller chain makes
+    (also for a pod already labelled, to tell whether its missing PodGroup is ours to make)."""
     top = _chain_top(pod, lookup)
     if not isinstance(top, Owner):
         return top
+    return gang_for_owner(top, lookup, pod.labels)
+
+
+def gang_for_owner(
+    top: Owner, lookup: OwnerLookup, pod_labels: Mapping[str, str]
+) -> AutomaticGang | Waiting | None:
+    """The gang a top owner makes, read from it now (its annotations, its counts); a
+    LeaderWorkerSet's gang is the group `pod_labels` names."""
     try:
         if _opted_out(top):
             return None
@@ -634,7 +662,7 @@ def gang_of(
         topology = _annotation_topology(top)
         timeout = _annotation_count(top, SCHEDULE_TIMEOUT_ANNOTATION)
     except AnnotationError as exc:
-        return Waiting(f"{top.describe()}: {exc}", warn=top.ref)
+        return Waiting(f"{top.describe()}: {exc}", warn=top.ref, problem=EventReason.INVALID_GANG_ANNOTATION)
     try:
         count = override if override is not None else min_count(top, lookup)
     except OwnerNotKnownError as exc:
@@ -643,11 +671,11 @@ def gang_of(
         return None
     group_index = None
     if top.table_kind is LEADERWORKERSET:
-        group_index = pod.labels.get(LWS_GROUP_INDEX_LABEL)
+        group_index = pod_labels.get(LWS_GROUP_INDEX_LABEL)
         if group_index is None or not _COUNT.fullmatch(group_index):
             return Waiting(
-                f"pod {pod.namespace}/{pod.name} of {top.describe()} has no valid label "
-                f"{LWS_GROUP_INDEX_LABEL} ({group_index!r}) to name its group"
+                f"a pod of {top.describe()} has no valid label {LWS_GROUP_INDEX_LABEL} "
+                f"({group_index!r}) to name its group"
             )
     return AutomaticGang(
         namespace=top.namespace,
@@ -656,6 +684,157 @@ def gang_of(
         owner=top.ref,
         topology=topology,
         schedule_timeout_seconds=timeout,
+    )
+
+
+# ------------------------------------------------------------------ forming a gang
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePodGroup:
+    """No PodGroup of the gang's name exists: create it (`pod_group_manifest`)."""
+
+    gang: AutomaticGang
+
+
+@dataclass(frozen=True, slots=True)
+class JoinPodGroup:
+    """The gang's PodGroup exists and is this owner's: label the pod with its name."""
+
+    gang: AutomaticGang
+
+
+Formation = CreatePodGroup | JoinPodGroup | Waiting
+
+
+def formation(
+    pod: Pod,
+    owners: OwnerLookup,
+    existing: Callable[[tuple[str, str]], PodGroup | None],
+    *,
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+) -> Formation | None:
+    """The next step of `pod`'s automatic gang, given the gangsched PodGroups that exist
+    (`existing`, by namespace/name); None when the pod is in no automatic gang.
+
+    A pod already labelled with the name of its gang, whose PodGroup is missing (deleted,
+    or replaced: `replacement`), gets it created again; any other labelled pod is not ours
+    to touch. A PodGroup of the gang's name that gangsched did not create is never adopted,
+    nor one it created for another owner of that name (a workload deleted and created again:
+    the garbage collector deletes the old one)."""
+    if pod.scheduler_name != scheduler_name or pod.controller is None:
+        return None
+    if pod.pod_group is not None:
+        if pod.pod_group_api is not PodGroupApi.GANGSCHED or existing((pod.namespace, pod.pod_group)):
+            return None
+        gang = chain_gang(pod, owners)
+        if isinstance(gang, AutomaticGang) and gang.name == pod.pod_group:
+            return CreatePodGroup(gang)
+        return None
+    gang = chain_gang(pod, owners)
+    if not isinstance(gang, AutomaticGang):
+        return gang
+    group = existing(gang.key)
+    if group is None:
+        return CreatePodGroup(gang)
+    if not group.managed:
+        return Waiting(
+            f"PodGroup {gang.namespace}/{gang.name} exists and was not created by gangsched "
+            f"(no label {MANAGED_BY_LABEL}: {MANAGED_BY_VALUE}); it is neither adopted nor changed: "
+            f"rename or delete it to schedule {gang.owner.kind} {gang.namespace}/{gang.owner.name}",
+            warn=gang.owner,
+            problem=EventReason.POD_GROUP_NAME_CLASH,
+        )
+    if group.controller is None or group.controller.uid != gang.owner.uid:
+        held = group.controller
+        was = "no owner" if held is None else f"{held.kind} uid {held.uid}"
+        return Waiting(
+            f"PodGroup {gang.namespace}/{gang.name} was created by gangsched for another owner ({was}), "
+            "not for this one: waiting for the garbage collector to delete it"
+        )
+    return JoinPodGroup(gang)
+
+
+def replacement(group: PodGroup, owners: OwnerLookup, members: Sequence[Pod]) -> AutomaticGang | None:
+    """Lifecycle of a PodGroup gangsched created: the gang its owner makes now, when that is
+    another spec (a Job whose parallelism changed, an annotation changed) and none of its
+    members is bound, so the PodGroup is to be replaced (deleted, then created again by
+    `formation`); None to keep it. Once a member is bound the gang keeps the spec it was
+    bound with: a running gang is never re-counted under its pods."""
+    if not group.managed or group.controller is None or group.spec is None:
+        return None
+    if any(p.node_name and not p.terminal for p in members):
+        return None
+    top = owners.get(group.controller.uid)
+    if top is None or top.table_kind is None:
+        return None
+    labels = next((p.labels for p in members if LWS_GROUP_INDEX_LABEL in p.labels), {})
+    gang = gang_for_owner(top, owners, labels)
+    if not isinstance(gang, AutomaticGang) or gang.key != group.key:
+        return None
+    spec = group.spec
+    if (
+        spec.min_count == gang.min_count
+        and tuple(spec.scheduling_constraints.topology) == gang.topology
+        and spec.schedule_timeout_seconds == gang.schedule_timeout_seconds
+    ):
+        return None
+    return gang
+
+
+@dataclass(slots=True)
+class FormedGangs:
+    """`form_gangs`' answer: the pods (members labelled), the PodGroups created, and the pods
+    that wait, with why."""
+
+    pods: list[Pod]
+    created: list[PodGroup]
+    waiting: dict[tuple[str, str], Waiting]
+
+
+def form_gangs(
+    pods: Sequence[Pod],
+    owners: Iterable[Owner],
+    pod_groups: Sequence[PodGroup],
+    *,
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+) -> FormedGangs:
+    """Every automatic gang of `pods` formed at once, in memory: what the operator reaches
+    through its writes (PodGroups created, pods labelled), for `simulate`. Same rules,
+    `formation`, step by step until nothing changes."""
+    lookup = OwnerIndex([*owners, *(pod_as_owner(p) for p in pods)])
+    groups = {g.key: g for g in pod_groups if g.api is PodGroupApi.GANGSCHED}
+    created: list[PodGroup] = []
+    waiting: dict[tuple[str, str], Waiting] = {}
+    out: list[Pod] = []
+    for pod in pods:
+        step = formation(pod, lookup, groups.get, scheduler_name=scheduler_name)
+        if isinstance(step, CreatePodGroup):
+            group = parse_pod_group(pod_group_manifest(step.gang))
+            groups[group.key] = group
+            created.append(group)
+            step = formation(pod, lookup, groups.get, scheduler_name=scheduler_name)
+        if isinstance(step, JoinPodGroup):
+            pod = dataclasses.replace(
+                pod, pod_group=step.gang.name, labels={**pod.labels, POD_GROUP_LABEL: step.gang.name}
+            )
+        elif isinstance(step, Waiting):
+            waiting[pod.key] = step
+        out.append(pod)
+    return FormedGangs(out, created, waiting)
+
+
+def pod_as_owner(pod: Pod) -> Owner:
+    """A pod as a link of an owner chain (a LeaderWorkerSet's leader pod controls its group's
+    worker StatefulSet)."""
+    return Owner(
+        api_version="v1",
+        kind="Pod",
+        namespace=pod.namespace,
+        name=pod.name,
+        uid=pod.uid,
+        labels=pod.labels,
+        controller=pod.controller,
     )
 
 
@@ -680,30 +859,3 @@ def pod_group_manifest(gang: AutomaticGang) -> dict[str, Any]:
         },
         "spec": spec,
     }
-
-
-def managed(pod_group_body: Mapping[str, Any]) -> bool:
-    """Did gangsched create this PodGroup (the managed-by label)? It never adopts or changes
-    one it did not."""
-    meta = pod_group_body.get("metadata") or {}
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    return isinstance(labels, Mapping) and labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
-
-
-def existing_pod_group_problem(gang: AutomaticGang, pod_group_body: Mapping[str, Any]) -> Waiting | None:
-    """A PodGroup of the gang's name that gangsched did not create: the pods wait with this
-    reason and a Warning Event on the owner says so (None when it is ours)."""
-    if managed(pod_group_body):
-        return None
-    return Waiting(
-        f"PodGroup {gang.namespace}/{gang.name} exists and was not created by gangsched "
-        f"(no label {MANAGED_BY_LABEL}: {MANAGED_BY_VALUE}); it is neither adopted nor changed",
-        warn=gang.owner,
-    )
-
-
-def needs_replacement(gang: AutomaticGang, current_min_count: int, members_bound: int) -> bool:
-    """Lifecycle: a managed PodGroup whose minCount no longer matches its owner's (a Job whose
-    parallelism changed) is replaced (deleted and created with the new count) only while
-    none of its members is bound; once one is, the gang keeps the count it was bound with."""
-    return current_min_count != gang.min_count and members_bound == 0

@@ -21,12 +21,17 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gangsched.model.common import (
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
     MAX_TOPOLOGY_LEVELS,
     NAMESPACE_DEFAULT,
     ModelError,
+    OwnerRef,
     PodGroupApi,
+    controller_ref,
     label_key_problem,
     object_meta,
+    str_map,
 )
 from gangsched.model.pod import claim_status_names
 from gangsched.model.priority import PriorityClasses
@@ -258,6 +263,10 @@ class PodGroup:
     # Native only: status.resourceClaimStatuses, entry name -> the claim the resourceclaim
     # controller generated from its template (None: no claim needed).
     claim_statuses: dict[str, str | None] = field(default_factory=dict)
+    # gangsched created it for a workload (the label scheduling.gangsched.io/managed-by): an
+    # automatic gang (model/owners.py), controlled by that workload (`controller`).
+    managed: bool = False
+    controller: OwnerRef | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -329,6 +338,8 @@ def _pod_group(
         uid=str(meta.get("uid") or ""),
         generation=int(meta.get("generation") or 0),
         resource_version=str(meta.get("resourceVersion") or ""),
+        managed=str_map(meta.get("labels"), "metadata.labels").get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE,
+        controller=controller_ref(meta),
         **extra,
     )
 

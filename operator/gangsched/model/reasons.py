@@ -20,6 +20,9 @@ class Reason(StrEnum):
     WAITING_FOR_RESOURCE_CLAIMS = "WaitingForResourceClaims"
     # A partial gang rolled back after scheduleTimeoutSeconds (written by the loop, not the engine).
     TIMEOUT = "Timeout"
+    # A pod of an automatic gang (model/owners.py) waits for its gang to be formed: its owner
+    # to be known, its PodGroup created, its label written; or for a problem on its owner.
+    WAITING_FOR_GANG = "WaitingForGang"
     # Status only, never a decision: minCount pods are ready and the engine has not decided the
     # group yet (the next cycle will), so it waits neither for pods nor, yet, for capacity.
     QUEUED = "Queued"
@@ -31,7 +34,12 @@ class Reason(StrEnum):
 
 
 _WAITS_FOR_OBJECTS = frozenset(
-    {Reason.WAITING_FOR_PODS, Reason.POD_GROUP_NOT_FOUND, Reason.WAITING_FOR_RESOURCE_CLAIMS}
+    {
+        Reason.WAITING_FOR_PODS,
+        Reason.POD_GROUP_NOT_FOUND,
+        Reason.WAITING_FOR_RESOURCE_CLAIMS,
+        Reason.WAITING_FOR_GANG,
+    }
 )
 
 
@@ -63,5 +71,11 @@ class EventReason(StrEnum):
     PRIORITY_IGNORED = "PriorityIgnored"
     # On a pod without a PodGroup (or whose PodGroup is missing), as kube-scheduler posts it.
     FAILED_SCHEDULING = "FailedScheduling"
-    # On a native PodGroup whose namespace/name gangsched's own PodGroup also has (not scheduled).
+    # On a native PodGroup whose namespace/name gangsched's own PodGroup also has (not scheduled),
+    # and on a workload whose automatic gang's name a PodGroup gangsched did not create holds.
     POD_GROUP_NAME_CLASH = "PodGroupNameClash"
+    # On a workload: a scheduling.gangsched.io/ annotation that does not validate.
+    INVALID_GANG_ANNOTATION = "InvalidGangAnnotation"
+    # On a workload: gangsched created the PodGroup of its automatic gang, or replaced it.
+    GANG_CREATED = "GangCreated"
+    GANG_REPLACED = "GangReplaced"

@@ -1,0 +1,311 @@
+"""Automatic gangs in the loop: the writes that form a workload's gang, and the pods held meanwhile.
+
+The rules are pure (`model.owners`: `formation`, `replacement`); this module makes the writes
+they call for, through the binder, and tells the queue which pods wait. Each cycle, before
+the queue is built, `hold` looks at every pending pod of ours with a controller and no
+PodGroup of its own yet:
+
+- its gang's PodGroup is missing: create it (controlled by the top owner, labelled
+  managed-by); the pod waits;
+- the PodGroup exists and is this owner's: label the pod with its name (merge patch, its UID
+  as precondition); the pod waits until the label is in the cache, then it is an ordinary
+  member of an ordinary PodGroup (the queue, the engine, statuses, explain all follow);
+- it must wait (an owner of its chain not known yet, an invalid annotation, a PodGroup of
+  that name gangsched did not create): it waits, with why; the owner gets a Warning Event
+  for a problem on it, the pod a FailedScheduling Event once a wait lasts.
+
+A held pod is never scheduled alone: it becomes a gated decision (`Reason.WAITING_FOR_GANG`).
+What a write returns is applied to the cache at once (the store never goes back to an older
+version), so a gang waits one round trip per step, not one watch echo. `review` replaces a
+PodGroup of ours whose owner now makes another gang (a Job whose parallelism changed) while
+none of its members is bound; its group is kept out of the cycle meanwhile (`replacing`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from gangsched.binder import Binder, owner_event_ref, pod_ref
+from gangsched.cluster import ClusterCache, Key
+from gangsched.cluster.kinds import POD, POD_GROUP
+from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.report import Reporter
+from gangsched.loop.tasks import Tasks
+from gangsched.model import POD_GROUP_LABEL, EventReason, Pod, PodGroup, PodGroupApi
+from gangsched.model.owners import (
+    AutomaticGang,
+    CreatePodGroup,
+    JoinPodGroup,
+    Waiting,
+    formation,
+    pod_group_manifest,
+    replacement,
+)
+from gangsched.session import ApiError
+from gangsched.transport import FencedError
+
+log = logging.getLogger(__name__)
+
+# A wait that lasts this long (an owner the cache does not know) is told on the pod; shorter
+# ones are the ordinary moment between a pod's event and its owner's.
+_TELL_AFTER_SECONDS = 5.0
+# After a failed write, the next try waits this long, doubling up to the maximum.
+_RETRY_SECONDS = (1.0, 30.0)
+
+
+@dataclass(slots=True)
+class _Backoff:
+    until: float
+    delay: float
+    error: str
+
+
+class GangFormation:
+    """Forms automatic gangs: PodGroups created and replaced, pods labelled, pods held."""
+
+    def __init__(
+        self,
+        *,
+        cache: ClusterCache,
+        binder: Binder,
+        reporter: Reporter,
+        tasks: Tasks,
+        config: SchedulerConfig,
+        wake: Callable[[Key | None], None],
+        wake_later: Callable[[float], None],
+        clock: Callable[[], float],
+    ) -> None:
+        self.cache = cache
+        self.clock = clock
+        self.binder = binder
+        self.reporter = reporter
+        self.tasks = tasks
+        self.config = config
+        self.wake = wake
+        self.wake_later = wake_later
+        self._creating: set[Key] = set()  # PodGroups being created
+        self._labelling: set[Key] = set()  # pods being labelled
+        self._replacing: dict[Key, str] = {}  # PodGroups being deleted to be replaced: key -> UID
+        self._failed: dict[Key, _Backoff] = {}  # a PodGroup's or pod's last failed write
+        self._warned: dict[str, str] = {}  # owner UID -> the problem it was told of
+        self._waiting: dict[Key, tuple[str, float]] = {}  # held pod -> (why, since)
+        self._told: dict[Key, str] = {}  # pod -> the wait it was told of
+        self._reviewed = -1  # the cache generation `review` last looked at
+
+    @property
+    def replacing(self) -> Iterable[Key]:
+        """Groups whose PodGroup is being replaced: not decided until it is."""
+        return self._replacing.keys()
+
+    # ------------------------------------------------------------------ each cycle
+
+    def hold(self, pods: Iterable[Pod], now: float) -> dict[Key, str]:
+        """The pending pods of automatic gangs not formed yet, with why each waits; starts
+        the writes that form them."""
+        cache = self.cache
+        scheduler_name = self.config.scheduler_name
+        groups_known = cache.pod_groups_synced()
+        held: dict[Key, str] = {}
+        joining: dict[Key, tuple[AutomaticGang, list[Pod]]] = {}
+
+        def existing(key: Key) -> PodGroup | None:
+            return cache.pod_group_of(key, PodGroupApi.GANGSCHED)
+
+        for pod in pods:
+            if (
+                pod.node_name
+                or pod.terminal
+                or pod.deleting
+                or pod.controller is None
+                or pod.scheduler_name != scheduler_name
+                or not self.config.in_scope(pod.namespace)
+            ):
+                continue
+            if pod.pod_group is not None and (
+                pod.pod_group_api is not PodGroupApi.GANGSCHED or existing((pod.namespace, pod.pod_group))
+            ):
+                continue  # in a group that exists: the queue's
+            step = formation(pod, cache.owners, existing, scheduler_name=scheduler_name)
+            if step is None:
+                continue
+            if isinstance(step, Waiting):
+                held[pod.key] = step.reason
+                self._wait(pod, step, now)
+                continue
+            gang = step.gang
+            if not groups_known:
+                held[pod.key] = (
+                    f"forming its gang (PodGroup {gang.namespace}/{gang.name}): waiting for the "
+                    "PodGroup watch to list again"
+                )
+                continue
+            failed = self._failed.get(gang.key if isinstance(step, CreatePodGroup) else pod.key)
+            if isinstance(step, CreatePodGroup):
+                held[pod.key] = (
+                    f"forming its gang: creating PodGroup {gang.namespace}/{gang.name} "
+                    f"(minCount {gang.min_count}) for {_owner(gang)}"
+                )
+                if gang.key not in self._creating and (failed is None or failed.until <= now):
+                    self._creating.add(gang.key)
+                    self.tasks.spawn(self._create(gang), name=f"create PodGroup {gang.namespace}/{gang.name}")
+            else:
+                assert isinstance(step, JoinPodGroup)
+                held[pod.key] = f"joining its gang, PodGroup {gang.namespace}/{gang.name} of {_owner(gang)}"
+                if pod.key not in self._labelling and (failed is None or failed.until <= now):
+                    self._labelling.add(pod.key)
+                    joining.setdefault(gang.key, (gang, []))[1].append(pod)
+            if failed is not None:
+                held[pod.key] += f" (the last try failed: {failed.error}; trying again)"
+                self.wake_later(max(failed.until - now, 0.05))
+        for gang, members in joining.values():
+            self.tasks.spawn(self._label(gang, members), name=f"label pods of {gang.namespace}/{gang.name}")
+        for key in [k for k in self._waiting if k not in held]:
+            del self._waiting[key]
+        return held
+
+    def review(self, binding: Callable[[Key], bool]) -> None:
+        """Replace each PodGroup of ours whose owner now makes another gang, while none of its
+        members is bound (`model.owners.replacement`). Looks only when the cache changed."""
+        cache = self.cache
+        if cache.generation == self._reviewed or not cache.pod_groups_synced():
+            return
+        self._reviewed = cache.generation
+        for key, group in cache.pod_groups.items():
+            if (
+                not group.managed
+                or group.api is not PodGroupApi.GANGSCHED
+                or key in self._replacing
+                or not self.config.in_scope(key[0])
+                or binding(key)
+                or cache.pending_binds(key)
+            ):
+                continue
+            gang = replacement(group, cache.owners, cache.members(key, assumed=True))
+            if gang is None:
+                continue
+            self._replacing[key] = group.uid
+            self.tasks.spawn(self._replace(group, gang), name=f"replace PodGroup {key[0]}/{key[1]}")
+
+    # ------------------------------------------------------------------ writes
+
+    async def _create(self, gang: AutomaticGang) -> None:
+        key = gang.key
+        try:
+            body = await self.binder.create_pod_group(pod_group_manifest(gang))
+        except ApiError as exc:
+            if exc.status != 409:  # 409: one of that name exists; the watch shows which
+                self._retry(key, exc.message, f"could not create PodGroup {key[0]}/{key[1]}")
+        except FencedError as exc:
+            self._retry(key, str(exc), f"could not create PodGroup {key[0]}/{key[1]}")
+        except Exception as exc:
+            self._retry(key, f"{type(exc).__name__}: {exc}", f"could not create PodGroup {key[0]}/{key[1]}")
+        else:
+            self._failed.pop(key, None)
+            self.cache.apply(POD_GROUP.name, "ADDED", body)
+            log.info("created PodGroup %s/%s (minCount %d) for %s", *key, gang.min_count, _owner(gang))
+            self.reporter.post(
+                owner_event_ref(gang.owner, gang.namespace),
+                "Normal",
+                EventReason.GANG_CREATED,
+                f"created PodGroup {gang.name} (minCount {gang.min_count}): its pods are scheduled "
+                "together or not at all",
+            )
+        finally:
+            self._creating.discard(key)
+            self.wake(key)
+
+    async def _label(self, gang: AutomaticGang, pods: list[Pod]) -> None:
+        try:
+            await asyncio.gather(*(self._label_one(gang, pod) for pod in pods))
+        finally:
+            self.wake(gang.key)
+
+    async def _label_one(self, gang: AutomaticGang, pod: Pod) -> None:
+        what = f"could not label pod {pod.namespace}/{pod.name} into PodGroup {gang.name}"
+        try:
+            body = await self.binder.label_pod(pod, {POD_GROUP_LABEL: gang.name})
+        except ApiError as exc:
+            if exc.status not in (404, 409):  # gone, or another pod of that name: nothing to do
+                self._retry(pod.key, exc.message, what)
+        except FencedError as exc:
+            self._retry(pod.key, str(exc), what)
+        except Exception as exc:
+            self._retry(pod.key, f"{type(exc).__name__}: {exc}", what)
+        else:
+            self._failed.pop(pod.key, None)
+            self.cache.apply(POD.name, "MODIFIED", body)
+        finally:
+            self._labelling.discard(pod.key)
+
+    async def _replace(self, group: PodGroup, gang: AutomaticGang) -> None:
+        key = group.key
+        assert group.spec is not None
+        try:
+            await self.binder.delete_pod_group(group.namespace, group.name, group.uid)
+        except ApiError as exc:
+            if exc.status not in (404, 409):
+                log.warning("could not replace PodGroup %s/%s: %s", *key, exc.message)
+                self.wake_later(_RETRY_SECONDS[0])
+        except Exception as exc:
+            log.warning("could not replace PodGroup %s/%s: %s", *key, exc)
+            self.wake_later(_RETRY_SECONDS[0])
+        else:
+            self.cache.remove(POD_GROUP.name, key)
+            message = (
+                f"replaced PodGroup {group.name}: {_owner(gang)} now makes a gang of minCount "
+                f"{gang.min_count} (was {group.spec.min_count}); none of its pods was bound"
+            )
+            log.info("%s/%s: %s", group.namespace, group.name, message)
+            self.reporter.post(
+                owner_event_ref(gang.owner, gang.namespace), "Normal", EventReason.GANG_REPLACED, message
+            )
+        finally:
+            self._replacing.pop(key, None)
+            self.wake(key)
+
+    def _retry(self, key: Key, error: str, what: str) -> None:
+        previous = self._failed.get(key)
+        delay = _RETRY_SECONDS[0] if previous is None else min(previous.delay * 2, _RETRY_SECONDS[1])
+        self._failed[key] = _Backoff(until=self.clock() + delay, delay=delay, error=error)
+        log.warning("%s: %s (trying again in %.0f s)", what, error, delay)
+        self.wake_later(delay)
+
+    # ------------------------------------------------------------------ telling
+
+    def _wait(self, pod: Pod, waiting: Waiting, now: float) -> None:
+        """A pod that waits: the owner is warned of a problem on it (once per problem); the
+        pod is told once its wait lasts (at once when the owner is warned)."""
+        if waiting.warn is not None and self._warned.get(waiting.warn.uid) != waiting.reason:
+            self._warned[waiting.warn.uid] = waiting.reason
+            log.warning("%s %s/%s: %s", waiting.warn.kind, pod.namespace, waiting.warn.name, waiting.reason)
+            self.reporter.post(
+                owner_event_ref(waiting.warn, pod.namespace),
+                "Warning",
+                waiting.problem or EventReason.FAILED_SCHEDULING,
+                waiting.reason,
+            )
+        since = self._waiting.get(pod.key)
+        if since is None or since[0] != waiting.reason:
+            since = self._waiting[pod.key] = (waiting.reason, now)
+        lasting = waiting.warn is not None or now - since[1] >= _TELL_AFTER_SECONDS
+        if lasting and self._told.get(pod.key) != waiting.reason:
+            self._told[pod.key] = waiting.reason
+            self.reporter.post(pod_ref(pod), "Warning", EventReason.FAILED_SCHEDULING, waiting.reason)
+        elif not lasting:
+            self.wake_later(_TELL_AFTER_SECONDS)
+
+    def collect(self, pod_exists: Callable[[Key], bool]) -> None:
+        """Drop what is remembered about pods that no longer exist."""
+        for table in (self._told, self._failed):
+            for key in [k for k in table if not pod_exists(k) and k not in self.cache.pod_groups]:
+                del table[key]
+        owners = {pod.controller.uid for pod in self.cache.pods.values() if pod.controller is not None}
+        for uid in [u for u in self._warned if u not in owners and self.cache.owners.get(u) is None]:
+            del self._warned[uid]
+
+
+def _owner(gang: AutomaticGang) -> str:
+    return f"{gang.owner.kind} {gang.namespace}/{gang.owner.name}"
