@@ -65,8 +65,8 @@ ensure-setup: # .venv and the control plane, whichever is missing
 	then $(MAKE) --no-print-directory control-plane; \
 	else echo "make: first use, no $(VENV) with gangsched's test tools: make setup"; $(MAKE) --no-print-directory setup; fi
 
-dev-cluster: ## a local control plane in the foreground, for people
-	$(TESTING_PATH) $(PY) -m gangsched_testing.devcluster
+dev-cluster: ## a local control plane in the foreground, for people (DEV_CLUSTER_ARGS="--nodes count=4,gpu=8 --workload-with-job")
+	$(TESTING_PATH) $(PY) -m gangsched_testing.devcluster $(DEV_CLUSTER_ARGS)
 
 demo: ## the story in under a minute: control plane, 32 GPU nodes, gangsched, four gangs, then a DRA gang, live view
 	@$(TESTING_PATH) $(PY) -c 'import gangsched_testing.devcluster, kopf' 2>/dev/null || $(MAKE) --no-print-directory setup

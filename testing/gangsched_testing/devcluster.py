@@ -14,6 +14,16 @@ without it, DRA tests then skip. There is no namespace controller and no kubelet
 finalizes namespaces, nothing runs pods. :func:`delete_namespace` does the namespace
 controller's job, and :mod:`gangsched_testing.fakenodes` provides nodes and a kubelet stand-in
 (:mod:`gangsched_testing.fakedra` the DRA driver's side).
+
+Kubernetes' own Job integration is an option, off by default: with
+``feature_gates=WORKLOAD_WITH_JOB_GATES`` (``--workload-with-job`` on the command line) both
+kube-apiserver and kube-controller-manager run the alpha gate ``WorkloadWithJob``. The Job
+controller then gives every new Indexed Job whose parallelism (> 1) equals its completions,
+and whose pod template has no ``schedulingGroup``, a Workload and a native PodGroup
+(scheduling.k8s.io/v1alpha2, a gang of minCount = parallelism) and sets
+``spec.schedulingGroup.podGroupName`` on its pods (v1.36.3 job_scheduling_manager.go). Off by
+default because it takes such Jobs' pods away from gangsched's automatic gangs: they are in a
+PodGroup already.
 """
 
 from __future__ import annotations
@@ -74,6 +84,13 @@ FEATURE_GATES: Final[Mapping[str, bool]] = {
     "WorkloadAwarePreemption": True,
     "DRAWorkloadResourceClaims": True,
 }
+
+# Kubernetes' own Job integration (alpha in 1.36, needs GenericWorkload): the Job controller
+# makes a Workload and a native PodGroup for an Indexed Job whose parallelism (> 1) equals its
+# completions, and puts its pods in that PodGroup (spec.schedulingGroup). The apiserver needs
+# the gate too: its JobValidation admission plugin then refuses to change such a Job's
+# parallelism. Not in FEATURE_GATES: it would take these Jobs away from automatic gangs.
+WORKLOAD_WITH_JOB_GATES: Final[Mapping[str, bool]] = {**FEATURE_GATES, "WorkloadWithJob": True}
 
 # ServiceAccount: its admission plugin rejects pods whose ServiceAccount does not exist, and
 # the controller that creates `default` ServiceAccounts does not run here (as in envtest).
@@ -1236,6 +1253,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--kubeconfig", type=Path, default=None, help="also copy the admin kubeconfig to this path"
     )
     parser.add_argument("--verbosity", type=int, default=0, help="kube-apiserver --v level")
+    parser.add_argument(
+        "--workload-with-job",
+        action="store_true",
+        help="turn on the alpha gate WorkloadWithJob (apiserver and controller manager): the Job "
+        "controller then makes a Workload and a native PodGroup for each Indexed Job whose "
+        "parallelism equals its completions",
+    )
     args = parser.parse_args(argv)
 
     node_sets = [fakenodes.parse_node_set(text) for text in args.nodes]
@@ -1246,7 +1270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
         with contextlib.ExitStack() as stack:
-            cp = stack.enter_context(ControlPlane(verbosity=args.verbosity))
+            gates = WORKLOAD_WITH_JOB_GATES if args.workload_with_job else FEATURE_GATES
+            cp = stack.enter_context(ControlPlane(verbosity=args.verbosity, feature_gates=gates))
             kubeconfig = cp.kubeconfig_path
             if args.kubeconfig is not None:
                 args.kubeconfig.parent.mkdir(parents=True, exist_ok=True)
@@ -1263,6 +1288,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"# kube-apiserver {K8S_VERSION} ready at {cp.server} in {cp.startup_seconds:.1f}s")
             if not cp.controller_manager:
                 print("# no kube-controller-manager (binary not built): no ResourceClaims from templates")
+            if args.workload_with_job:
+                print(
+                    "# WorkloadWithJob on: Indexed Jobs with parallelism == completions get a native PodGroup"
+                )
             if names:
                 print(f"# {len(names)} fake nodes: {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}")
             print(f"# logs: {cp.log_path}")
