@@ -707,3 +707,19 @@ def test_a_cycle_of_owner_references_ends() -> None:
     a["metadata"]["ownerReferences"] = [b.controller_of(c)]
     # The walk stops where it started again; the JobSet (no replicated Jobs) makes no gang.
     assert gang_of(parse_pod(b.owned_pod("p", a)), _chain(a, c)) is None
+
+
+def test_a_leader_ready_leaderworkerset_waits_with_why_instead_of_a_gang_that_cannot_form() -> None:
+    lws = b.leaderworkerset("serve", 4)
+    lws["spec"]["startupPolicy"] = "LeaderReady"
+    leader_sts, leader, _, _ = b.lws_group(lws, 0)
+    result = gang(leader, lws, leader_sts)
+    assert isinstance(result, Waiting)
+    assert "LeaderReady" in result.reason
+    assert result.warn is not None
+    assert result.warn.kind == "LeaderWorkerSet"
+    # A group of one pod is no gang to wait for.
+    single = b.leaderworkerset("one", 1)
+    single["spec"]["startupPolicy"] = "LeaderReady"
+    sts, pod, _, _ = b.lws_group(single, 0)
+    assert isinstance(gang(pod, single, sts), AutomaticGang)

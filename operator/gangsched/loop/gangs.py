@@ -271,6 +271,7 @@ class GangFormation:
         delay = _RETRY_SECONDS[0] if previous is None else min(previous.delay * 2, _RETRY_SECONDS[1])
         self._failed[key] = _Backoff(until=self.clock() + delay, delay=delay, error=error)
         log.warning("%s: %s (trying again in %.0f s)", what, error, delay)
+        self.cache.generation += 1  # what the held pods wait for changed: their reason says it
         self.wake_later(delay)
 
     # ------------------------------------------------------------------ telling

@@ -185,9 +185,11 @@ class ReplicaCounts:
 
 @dataclass(frozen=True, slots=True)
 class LeaderWorkerCounts:
-    """LeaderWorkerSet spec.leaderWorkerTemplate.size: pods per group, the leader included."""
+    """LeaderWorkerSet spec.leaderWorkerTemplate.size: pods per group, the leader included;
+    spec.startupPolicy (LeaderCreated by default)."""
 
     size: int
+    startup_policy: str = "LeaderCreated"
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,8 +327,14 @@ def _counts(kind: OwnerKind | None, spec: Mapping[str, Any]) -> Counts | None:
     if kind is LEADERWORKERSET:
         template = object_field(spec.get("leaderWorkerTemplate"), "spec.leaderWorkerTemplate")
         # LWS defaults size to 1 (its CRD's +kubebuilder:default=1).
+        policy = spec.get("startupPolicy") or "LeaderCreated"
+        if policy not in ("LeaderCreated", "LeaderReady"):
+            raise ModelError(
+                f"spec.startupPolicy: unknown value {policy!r}, must be 'LeaderCreated' or 'LeaderReady'"
+            )
         return LeaderWorkerCounts(
-            _required_int(template.get("size"), "spec.leaderWorkerTemplate.size", default=1, minimum=1)
+            _required_int(template.get("size"), "spec.leaderWorkerTemplate.size", default=1, minimum=1),
+            startup_policy=str(policy),
         )
     assert kind is RAYCLUSTER
     groups = []
@@ -669,6 +677,18 @@ def gang_for_owner(
         return Waiting(f"waiting: {exc}")
     if count is None:
         return None
+    counts = top.counts
+    if isinstance(counts, LeaderWorkerCounts) and counts.startup_policy == "LeaderReady" and count > 1:
+        # kubernetes-sigs/lws creates a group's worker StatefulSet only once its leader pod is
+        # Ready: a gang of the whole group could never form (the leader would wait for workers
+        # that wait for it). Said, never guessed.
+        return Waiting(
+            f"{top.describe()}: startupPolicy LeaderReady creates the workers only once the leader "
+            f"runs, so a gang of {count} pods could never form; use startupPolicy LeaderCreated, or "
+            f'annotate {GANG_ANNOTATION}: "false"',
+            warn=top.ref,
+            problem=EventReason.UNSCHEDULABLE,
+        )
     group_index = None
     if top.table_kind is LEADERWORKERSET:
         group_index = pod_labels.get(LWS_GROUP_INDEX_LABEL)
