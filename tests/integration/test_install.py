@@ -38,7 +38,7 @@ from operator_support import (
 )
 
 from gangsched.model import GROUP, PLURAL, VERSION
-from gangsched_testing import devcluster, dra, fakedra, fakenodes
+from gangsched_testing import devcluster, dra, fakedra, fakenodes, owners
 from gangsched_testing.builders import gang_manifests, pod_group_manifest, pod_manifest
 from gangsched_testing.rawapi import request_json
 
@@ -344,10 +344,7 @@ FORBIDDEN: list[tuple[str, str, str, Body | None]] = [
     ("read secrets in its own namespace", "GET", f"/api/v1/namespaces/{NAMESPACE}/secrets", None),
     ("read configmaps", "GET", "/api/v1/namespaces/{ns}/configmaps", None),
     ("create pods", "POST", "/api/v1/namespaces/{ns}/pods", {"metadata": {"name": "x"}}),
-    ("patch a pod", "PATCH", "/api/v1/namespaces/{ns}/pods/x", {"metadata": {"labels": {"x": "y"}}}),
     ("evict a pod", "POST", "/api/v1/namespaces/{ns}/pods/x/eviction", {"metadata": {"name": "x"}}),
-    ("delete PodGroups", "DELETE", f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}/x", None),
-    ("create PodGroups", "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}", {"metadata": {}}),
     ("patch a PodGroup's spec", "PATCH", f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}/x", {}),
     (
         "replace a PodGroup's status",
@@ -367,6 +364,12 @@ FORBIDDEN: list[tuple[str, str, str, Body | None]] = [
     ("create PriorityClasses", "POST", "/apis/scheduling.k8s.io/v1/priorityclasses", {}),
     ("grant itself more", "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {}),
     ("list namespaces", "GET", "/api/v1/namespaces", None),
+    # Workload owners are read, never written (automatic gangs write only PodGroups and labels).
+    ("create Jobs", "POST", "/apis/batch/v1/namespaces/{ns}/jobs", {"metadata": {"name": "x"}}),
+    ("patch a Job", "PATCH", "/apis/batch/v1/namespaces/{ns}/jobs/x", {"metadata": {"labels": {"x": "y"}}}),
+    ("delete a Job", "DELETE", "/apis/batch/v1/namespaces/{ns}/jobs/x", None),
+    ("patch a StatefulSet", "PATCH", "/apis/apps/v1/namespaces/{ns}/statefulsets/x", {"spec": {}}),
+    ("read a StatefulSet", "GET", "/apis/apps/v1/namespaces/{ns}/statefulsets/x", None),
 ]
 
 
@@ -625,3 +628,45 @@ def _authorized_to_patch_status(control_plane: devcluster.ControlPlane, token: s
             api, "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review
         )
     return bool(answer["status"].get("allowed"))
+
+
+def test_a_job_is_an_automatic_gang_with_only_the_service_account(
+    control_plane: devcluster.ControlPlane,
+    controller_manager: devcluster.ControlPlane,
+    admin_api: client.ApiClient,
+    installed: list[Body],
+    sa_token: str,
+    namespace: str,
+    fake_nodes: Callable[[fakenodes.NodeSet], list[str]],
+    operator_factory: Callable[..., Operator],
+) -> None:
+    """Jobs watched, the PodGroup created, the pods labelled and bound, Events on the Job:
+    all with the ClusterRole's rules alone (and no 403 in the log)."""
+    fake_nodes(
+        fakenodes.NodeSet(
+            shape=fakenodes.TopologyShape(zones=1, blocks=1, racks=1, hosts=2),
+            name_prefix=f"j{uuid.uuid4().hex[:5]}-",
+            extended={"nvidia.com/gpu": "8"},
+        )
+    )
+    kubeconfig = control_plane.kubeconfig_for_token(token=sa_token)
+    op = operator_factory(
+        *deployment_args(installed),
+        kubeconfig=kubeconfig,
+        env=deployment_env(installed, pod_name=f"gangsched-{uuid.uuid4().hex[:5]}"),
+    )
+    job = owners.submitted(owners.gpu_job("train", 2, 2), namespace)
+    request_json(admin_api, "POST", f"/apis/batch/v1/namespaces/{namespace}/jobs", body=job)
+    placed = wait_until(all_bound(admin_api, namespace, "job-train", 2), what="the Job's gang bound")
+    assert len(set(placed.values())) == 2
+    group = get_pod_group(admin_api, namespace, "job-train")
+    assert group["metadata"]["ownerReferences"][0]["kind"] == "Job"
+    wait_until(
+        lambda: any(
+            e["reason"] == "GangCreated" and e["involvedObject"]["kind"] == "Job"
+            for e in events(admin_api, namespace, name="train")
+        ),
+        what="the GangCreated Event on the Job",
+    )
+    denied = re.findall(r".*(?:\b403\b|forbidden|not enough permissions).*", op.log_text(), re.IGNORECASE)
+    assert not denied, "\n".join(denied[:20])
