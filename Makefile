@@ -4,11 +4,14 @@ VENV ?= .venv
 PY := $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
 K8S_VERSION := v1.36.3
 export GANGSCHED_K8S_BIN ?= $(HOME)/.cache/gangsched/k8s-$(K8S_VERSION)/bin
+KUEUE_VERSION := v0.17.0
+# hack/build-kueue.sh: bin/kueue and the manifests of its module (gangsched_testing.kueue reads both)
+export GANGSCHED_KUEUE_HOME ?= $(HOME)/.cache/gangsched/kueue-$(KUEUE_VERSION)
 # Test and demo tooling (gangsched_testing): a source root of its own, never installed.
 # pytest finds it through pyproject.toml; bench/ and hack/demo.py put it on sys.path.
 TESTING_PATH := PYTHONPATH=testing$${PYTHONPATH:+:$$PYTHONPATH}
 
-.PHONY: setup control-plane dra-oracle bare-binder test lint typecheck unit integration chaos dev-cluster demo demo-run bench bench-e2e clean
+.PHONY: setup control-plane dra-oracle bare-binder kueue test test-kueue lint typecheck unit integration chaos dev-cluster demo demo-run bench bench-e2e clean
 
 setup: ## create .venv with gangsched and its test tools, and build the control plane
 	python3 -m venv $(VENV)
@@ -26,6 +29,9 @@ dra-oracle: ## the Go DRA allocator/CEL oracle for differential tests (hack/dra-
 
 bare-binder: ## bench-e2e's `bare` contestant: binds pods round-robin, no scheduling (hack/bare-binder/README.md)
 	bash hack/bare-binder/build.sh
+
+kueue: ## Kueue $(KUEUE_VERSION) from its Go module, once, into $(GANGSCHED_KUEUE_HOME) (about 4 minutes; for `make test-kueue`)
+	bash hack/build-kueue.sh
 
 lint:
 	$(PY) -m ruff check operator testing tests bench hack
@@ -59,6 +65,13 @@ test: ## ruff, mypy and every test (after `make setup` when it was never run)
 
 test-run: lint typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Not part of `make test`: building Kueue takes minutes on a fresh machine (pyproject's
+# norecursedirs keeps tests/integration/kueue out of `pytest tests`). A missing Kueue fails here.
+test-kueue: ## Kueue in front of gangsched: its quota admits one of two GPU Jobs, gangsched places each whole (docs/install.md)
+	@$(MAKE) --no-print-directory ensure-setup
+	@$(MAKE) --no-print-directory kueue
+	$(PY) -m pytest -q tests/integration/kueue $(KUEUE_PYTEST_ARGS)
 
 ensure-setup: # .venv and the control plane, whichever is missing
 	@if $(TESTING_PATH) $(PY) -c 'import gangsched.runtime, gangsched_testing.devcluster, kopf, pytest, mypy, ruff' 2>/dev/null; \

@@ -351,6 +351,39 @@ def _make_pki(directory: Path) -> _Pki:
     )
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServingCert:
+    """A CA of its own and the serving certificate it signed for 127.0.0.1 (and localhost):
+    for a webhook server the apiserver calls at ``https://127.0.0.1:<port>``."""
+
+    ca_cert: Path
+    cert: Path
+    key: Path
+
+    @property
+    def ca_bundle(self) -> str:
+        """The CA, base64 as a webhook's ``clientConfig.caBundle`` takes it."""
+        return _b64(self.ca_cert.read_bytes())
+
+
+def make_serving_cert(directory: Path, *, common_name: str) -> ServingCert:
+    """ca.crt, tls.crt and tls.key in `directory` (controller-runtime's webhook server reads
+    the last two from its certDir under exactly these names)."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ca = _make_ca(f"{common_name}-ca")
+    serving = _issue(
+        ca=ca,
+        subject=_name(common_name),
+        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        sans=[x509.DNSName("localhost"), x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))],
+    )
+    return ServingCert(
+        ca_cert=_write(directory / "ca.crt", _cert_pem(ca[0])),
+        cert=_write(directory / "tls.crt", _cert_pem(serving[0])),
+        key=_write(directory / "tls.key", _key_pem(serving[1]), private=True),
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Child processes
 
@@ -403,7 +436,7 @@ def spawn(
         )
 
 
-def _terminate(proc: subprocess.Popen[bytes] | None, *, grace: float = _STOP_GRACE_SECONDS) -> None:
+def terminate(proc: subprocess.Popen[bytes] | None, *, grace: float = _STOP_GRACE_SECONDS) -> None:
     """SIGTERM the child's process group, SIGKILL it if it is still there after `grace` seconds."""
     if proc is None or proc.poll() is not None:
         return
@@ -585,9 +618,9 @@ class ControlPlane:
 
     def _stop_processes(self) -> None:
         # Clients before servers: each would spin on reconnects while shutting down.
-        _terminate(self._controller_manager)
-        _terminate(self._apiserver)
-        _terminate(self._etcd)
+        terminate(self._controller_manager)
+        terminate(self._apiserver)
+        terminate(self._etcd)
         self._controller_manager = self._apiserver = self._etcd = None
 
     def _start_processes(self, binaries: Binaries) -> None:
@@ -1217,7 +1250,7 @@ class OperatorProcess:
 
     def stop(self) -> None:
         """SIGTERM (the operator releases its Lease), SIGKILL if it lingers."""
-        _terminate(self.proc, grace=10.0)
+        terminate(self.proc, grace=10.0)
 
     def log_text(self) -> str:
         try:
