@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 import time
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -73,6 +74,10 @@ class KueueNotFoundError(RuntimeError):
 
 class KueueError(RuntimeError):
     """Kueue did not start or its webhooks do not answer; the message carries its log's tail."""
+
+
+class _PortInUseError(KueueError):
+    """A port we picked was taken before Kueue bound it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -322,7 +327,9 @@ class Kueue:
         self.webhook_port = devcluster.free_port()
         self.health_port = devcluster.free_port()
         self.metrics_port = devcluster.free_port()
-        self._proc: Any = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.startup_seconds: float | None = None
+        """Wall time of :meth:`start`: CRDs, the process, its webhooks answering."""
 
     def __enter__(self) -> Self:
         self.start()
@@ -346,9 +353,33 @@ class Kueue:
         return f"https://127.0.0.1:{self.webhook_port}"
 
     def start(self, timeout: float = 90.0) -> None:
+        """Install, start, wait until Kueue's webhooks answer the apiserver; on failure stop
+        again (nothing left behind) and raise :class:`KueueError`."""
         installation = self._installation or find_kueue()
         if shutil.which("unshare") is None:
             raise KueueError("`unshare` (util-linux) is needed to run Kueue in a mount namespace of its own")
+        started = time.monotonic()
+        try:
+            # A port picked free can be taken before Kueue binds it: new ports, once more.
+            for attempt in range(3):
+                try:
+                    self._start_once(installation, started + timeout)
+                    break
+                except _PortInUseError:
+                    self.stop()
+                    if attempt == 2:
+                        raise
+                    self.webhook_port, self.health_port, self.metrics_port = (
+                        devcluster.free_port(),
+                        devcluster.free_port(),
+                        devcluster.free_port(),
+                    )
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - started
+
+    def _start_once(self, installation: Installation, deadline: float) -> None:
         directory = self.directory
         directory.mkdir(parents=True, exist_ok=True)
         certs = devcluster.make_serving_cert(directory / "certs", common_name="kueue-webhook")
@@ -371,7 +402,6 @@ class Kueue:
                 sort_keys=False,
             )
         )
-        deadline = time.monotonic() + timeout
         with self._cp.api_client() as api:
             self._install_crds(api, installation, certs.ca_bundle, deadline)
             # Kueue's own namespace (configuration `namespace`), as its Deployment has.
@@ -380,9 +410,7 @@ class Kueue:
             except ApiException as exc:
                 if exc.status != 409:
                     raise
-            self._proc = devcluster.spawn(
-                self._command(installation, config), log=self.log_path, env={**os.environ}
-            )
+            self._proc = devcluster.spawn(self._command(installation, config), log=self.log_path)
             for body in webhook_configurations(installation, url=self.url, ca_bundle=certs.ca_bundle):
                 _apply(api, f"/apis/admissionregistration.k8s.io/v1/{body['kind'].lower()}s", body)
             self._wait_ready(api, deadline)
@@ -478,25 +506,30 @@ class Kueue:
             raise KueueError("Kueue is not running")
         code = self._proc.poll()
         if code is not None:
-            raise KueueError(f"Kueue exited with code {code}; last lines of its log:\n{self.tail()}")
+            tail = self.tail()
+            if "address already in use" in tail:
+                raise _PortInUseError(tail)
+            raise KueueError(f"Kueue exited with code {code}; last lines of its log:\n{tail}")
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
     def stop(self) -> None:
         """Delete the webhook configurations, then SIGTERM Kueue (SIGKILL if it lingers). Idempotent."""
-        with contextlib.suppress(devcluster.ControlPlaneError), self._cp.api_client() as api:
-            for kind, name in (
-                ("mutatingwebhookconfigurations", MUTATING_WEBHOOKS),
-                ("validatingwebhookconfigurations", VALIDATING_WEBHOOKS),
-            ):
-                try:
-                    request_json(api, "DELETE", f"/apis/admissionregistration.k8s.io/v1/{kind}/{name}")
-                except ApiException as exc:
-                    if exc.status != 404:
-                        raise
-        devcluster.terminate(self._proc, grace=10.0)
-        self._proc = None
+        try:
+            with contextlib.suppress(devcluster.ControlPlaneError), self._cp.api_client() as api:
+                for kind, name in (
+                    ("mutatingwebhookconfigurations", MUTATING_WEBHOOKS),
+                    ("validatingwebhookconfigurations", VALIDATING_WEBHOOKS),
+                ):
+                    try:
+                        request_json(api, "DELETE", f"/apis/admissionregistration.k8s.io/v1/{kind}/{name}")
+                    except ApiException as exc:
+                        if exc.status != 404:
+                            raise
+        finally:
+            devcluster.terminate(self._proc, grace=10.0)
+            self._proc = None
 
     def log_text(self) -> str:
         try:

@@ -23,6 +23,7 @@ from operator_support import Operator, get_pod_group, wait_until
 from gangsched.model import MANAGED_BY_LABEL, MANAGED_BY_VALUE, POD_GROUP_LABEL
 from gangsched_testing import devcluster, fakenodes
 from gangsched_testing import kueue as kq
+from gangsched_testing.owners import gpu_job, submitted
 from gangsched_testing.rawapi import request_json
 
 NodeFactory = Callable[[fakenodes.NodeSet], list[str]]
@@ -33,36 +34,6 @@ GPUS_PER_POD = 8
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
-def gpu_job(name: str, *, queue: str) -> dict[str, Any]:
-    """An Indexed Job of PODS pods, GPUS_PER_POD GPUs each, for gangsched, in Kueue's `queue`.
-
-    Created unsuspended, as users write it: Kueue's Job webhook suspends it."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": {kq.QUEUE_NAME_LABEL: queue}},
-        "spec": {
-            "completionMode": "Indexed",
-            "parallelism": PODS,
-            "completions": PODS,
-            "backoffLimit": 0,
-            "template": {
-                "spec": {
-                    "schedulerName": "gangsched",
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "train",
-                            "image": "train",
-                            "resources": {"limits": {"nvidia.com/gpu": str(GPUS_PER_POD)}},
-                        }
-                    ],
-                }
-            },
-        },
-    }
-
-
 @pytest.fixture
 def kueue_queues(admin_api: client.ApiClient, namespace: str, kueue: kq.Kueue) -> Iterator[str]:
     """A ResourceFlavor, a ClusterQueue with GPU quota for one Job, and LocalQueue `team` in
@@ -70,7 +41,8 @@ def kueue_queues(admin_api: client.ApiClient, namespace: str, kueue: kq.Kueue) -
     flavor, queue = f"gpu-{namespace}", f"cq-{namespace}"
     base = f"/apis/{kq.API_VERSION}"
     request_json(admin_api, "POST", f"{base}/resourceflavors", body=kq.resource_flavor(flavor))
-    quota = {"nvidia.com/gpu": str(PODS * GPUS_PER_POD)}
+    # CPU to spare (each pod asks 100m); GPUs for one Job of PODS x GPUS_PER_POD.
+    quota = {"cpu": "64", "nvidia.com/gpu": str(PODS * GPUS_PER_POD)}
     request_json(
         admin_api, "POST", f"{base}/clusterqueues", body=kq.cluster_queue(queue, flavor=flavor, quota=quota)
     )
@@ -120,8 +92,12 @@ def the_workload(api: client.ApiClient, namespace: str, job: dict[str, Any]) -> 
     return workloads[0] if workloads else {}
 
 
-def assert_placed_whole(api: client.ApiClient, namespace: str, name: str, kueue: kq.Kueue) -> dict[str, str]:
-    """All PODS pods of Job `name` bound, each on its own node, as the automatic gang job-<name>."""
+def assert_placed_whole(
+    api: client.ApiClient, namespace: str, job: dict[str, Any], kueue: kq.Kueue
+) -> dict[str, str]:
+    """All PODS pods of `job` bound, each on its own node, as the automatic gang job-<name>
+    (the PodGroup gangsched made for the Job: controlled by it, minCount PODS)."""
+    name = job["metadata"]["name"]
 
     def all_bound() -> dict[str, str]:
         placed = bound(job_pods(api, namespace, name))
@@ -137,8 +113,10 @@ def assert_placed_whole(api: client.ApiClient, namespace: str, name: str, kueue:
     pods = job_pods(api, namespace, name)
     assert {p["metadata"]["labels"].get(POD_GROUP_LABEL) for p in pods} == {group}
     pod_group = get_pod_group(api, namespace, group)
-    assert pod_group["spec"]["minCount"] == PODS
+    assert pod_group["spec"]["schedulingPolicy"] == {"gang": {"minCount": PODS}}
     assert pod_group["metadata"]["labels"].get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
+    (owner,) = pod_group["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("Job", job["metadata"]["uid"], True)
     return placed
 
 
@@ -164,7 +142,8 @@ def test_quota_admits_one_job_gangsched_places_it_whole_the_other_waits(
     jobs_path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
     names = ("train-a", "train-b")
     for name in names:
-        created = request_json(admin_api, "POST", jobs_path, body=gpu_job(name, queue=kueue_queues))
+        body = gpu_job(name, PODS, PODS, gpu=GPUS_PER_POD, labels={kq.QUEUE_NAME_LABEL: kueue_queues})
+        created = request_json(admin_api, "POST", jobs_path, body=submitted(body, namespace))
         assert created["spec"]["suspend"] is True, "Kueue's Job webhook did not suspend the new Job"
 
     # Kueue admits one Job and holds the other: its Workload is Pending for lack of quota.
@@ -184,10 +163,10 @@ def test_quota_admits_one_job_gangsched_places_it_whole_the_other_waits(
     held = kq.condition(
         the_workload(admin_api, namespace, get_job(admin_api, namespace, second)), "QuotaReserved"
     )
-    assert held["reason"] == "Pending", held
+    assert held["reason"] == "Pending", held  # "insufficient unused quota for nvidia.com/gpu ..."
     assert "nvidia.com/gpu" in held["message"], held
 
-    placed = assert_placed_whole(admin_api, namespace, first, kueue)
+    placed = assert_placed_whole(admin_api, namespace, get_job(admin_api, namespace, first), kueue)
     # The other Job stays suspended, so the Job controller made no pod for it: nothing to bind.
     time.sleep(2)
     assert get_job(admin_api, namespace, second)["spec"]["suspend"] is True
@@ -216,7 +195,7 @@ def test_quota_admits_one_job_gangsched_places_it_whole_the_other_waits(
     )
     finished = the_workload(admin_api, namespace, get_job(admin_api, namespace, first))
     assert kq.condition(finished, "Finished").get("status") == "True"
-    assert_placed_whole(admin_api, namespace, second, kueue)
+    assert_placed_whole(admin_api, namespace, get_job(admin_api, namespace, second), kueue)
 
 
 def test_conversion_webhook_served_a_v1beta2_clusterqueue_read_as_v1beta1(
@@ -225,6 +204,7 @@ def test_conversion_webhook_served_a_v1beta2_clusterqueue_read_as_v1beta1(
     """The CRDs' conversion webhooks call Kueue at 127.0.0.1 too (storage is v1beta2)."""
     old = request_json(admin_api, "GET", f"/apis/{kq.GROUP}/v1beta1/clusterqueues/cq-{namespace}")
     assert old["apiVersion"] == f"{kq.GROUP}/v1beta1"
-    # v1beta1 spells the ClusterQueue's flavors list `flavors` too, and a converted object keeps the quota.
     (group,) = old["spec"]["resourceGroups"]
-    assert group["flavors"][0]["resources"][0]["nominalQuota"] == str(PODS * GPUS_PER_POD)
+    (flavor,) = group["flavors"]
+    quota = {r["name"]: r["nominalQuota"] for r in flavor["resources"]}
+    assert quota == {"cpu": "64", "nvidia.com/gpu": str(PODS * GPUS_PER_POD)}
