@@ -1,7 +1,7 @@
 """Kueue v0.17.0 as a local process in front of gangsched, on a dev ControlPlane.
 
 Kueue decides admission (quota, fair sharing, which Job runs when); gangsched places what it
-admits (docs/install.md, "Behind Kueue"). `make test-kueue` runs tests/kueue with this; it is
+admits (docs/install.md, "Behind Kueue"). `make test-kueue` runs tests/integration/kueue with this; it is
 not part of `make test` (building Kueue takes minutes).
 
 `hack/build-kueue.sh` builds the binary from the tagged Go module and copies, from the same
