@@ -409,6 +409,7 @@ class ClusterCache:
             "podgroups": digest(names(POD_GROUP)),
             "priorityclasses": digest(names(PRIORITY_CLASS)),
             PodGroupApi.NATIVE.resource: digest(names(POD_GROUP_KINDS[PodGroupApi.NATIVE])),
+            "owners": digest([f"{o.kind}/{o.namespace}/{o.name}" for o in self._owners.values()]),
             "assumed": {"count": len(self.assumptions)},
             "dra": dict(self.devices.counts()),
         }
