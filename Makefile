@@ -7,11 +7,13 @@ export GANGSCHED_K8S_BIN ?= $(HOME)/.cache/gangsched/k8s-$(K8S_VERSION)/bin
 KUEUE_VERSION := v0.17.0
 # hack/build-kueue.sh: bin/kueue and the manifests of its module (gangsched_testing.kueue reads both)
 export GANGSCHED_KUEUE_HOME ?= $(HOME)/.cache/gangsched/kueue-$(KUEUE_VERSION)
+RAY_OPERATOR_VERSION := v1.5.0
+export GANGSCHED_RAY_OPERATOR_BIN ?= $(HOME)/.cache/gangsched/ray-operator-$(RAY_OPERATOR_VERSION)/bin
 # Test and demo tooling (gangsched_testing): a source root of its own, never installed.
 # pytest finds it through pyproject.toml; bench/ and hack/demo.py put it on sys.path.
 TESTING_PATH := PYTHONPATH=testing$${PYTHONPATH:+:$$PYTHONPATH}
 
-.PHONY: setup control-plane dra-oracle bare-binder kueue test test-kueue lint typecheck unit integration chaos dev-cluster demo demo-run bench bench-e2e clean
+.PHONY: setup control-plane dra-oracle bare-binder kueue ray-operator test test-kueue lint typecheck unit integration chaos dev-cluster demo demo-run bench bench-e2e clean
 
 setup: ## create .venv with gangsched and its test tools, and build the control plane
 	python3 -m venv $(VENV)
@@ -32,6 +34,9 @@ bare-binder: ## bench-e2e's `bare` contestant: binds pods round-robin, no schedu
 
 kueue: ## Kueue $(KUEUE_VERSION) from its Go module, once, into $(GANGSCHED_KUEUE_HOME) (about 4 minutes; for `make test-kueue`)
 	bash hack/build-kueue.sh
+
+ray-operator: ## KubeRay's ray-operator $(RAY_OPERATOR_VERSION) into $(GANGSCHED_RAY_OPERATOR_BIN), for the RayCluster integration tests
+	bash hack/build-ray-operator.sh
 
 lint:
 	$(PY) -m ruff check operator testing tests bench hack

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gangsched.model.common import DEFAULT_SCHEDULER_NAME
 from gangsched.model.owners import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL
 from gangsched_testing.builders import Manifest, pod_manifest
 
@@ -89,15 +90,23 @@ def _template(**fields: Any) -> Manifest:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def pod_template(container: str = "main", image: str = "train", **spec: Any) -> Manifest:
+    """A pod template of ours, as users write it in a workload: schedulerName gangsched, one
+    container requesting a CPU and 1Gi (what the fake nodes offer), `spec` fields added.
+    Every owner's schema requires a container's name and image; the controllers copy the
+    template into the pods they create."""
+    resources = {"requests": {"cpu": "1", "memory": "1Gi"}}
+    containers = [{"name": container, "image": image, "resources": resources}]
+    return {"spec": {"schedulerName": DEFAULT_SCHEDULER_NAME, "containers": containers, **spec}}
+
+
 def job_spec(
     parallelism: int | None = None, completions: int | None = None, *, indexed: bool = False
 ) -> Manifest:
     spec = _template(parallelism=parallelism, completions=completions)
     if indexed:
         spec["completionMode"] = "Indexed"
-    spec["template"] = {
-        "spec": {"containers": [{"name": "main", "image": "train"}], "restartPolicy": "Never"}
-    }
+    spec["template"] = pod_template(restartPolicy="Never")
     return spec
 
 
@@ -179,7 +188,7 @@ _KUBEFLOW_FIELDS = {
 
 
 def _replica_specs(replicas: Mapping[str, int | None]) -> Manifest:
-    template = {"spec": {"containers": [{"name": "main", "image": "train"}]}}
+    template = pod_template()
     out: Manifest = {}
     for role, count in replicas.items():
         out[role] = {"restartPolicy": "OnFailure", "template": template}
@@ -234,7 +243,7 @@ def mpijob_pods(mj: Mapping[str, Any]) -> tuple[Manifest, Manifest, list[Manifes
 
 
 def leaderworkerset(name: str, size: int | None = None, *, replicas: int = 1, **options: Any) -> Manifest:
-    template: Manifest = {"workerTemplate": {"spec": {"containers": [{"name": "main", "image": "serve"}]}}}
+    template: Manifest = {"workerTemplate": pod_template(image="serve")}
     if size is not None:
         template["size"] = size
     spec = {"replicas": replicas, "leaderWorkerTemplate": template}
@@ -270,10 +279,10 @@ def raycluster(name: str, worker_groups: Sequence[tuple[int | None, int | None]]
             group["minReplicas"] = min_replicas
         if hosts is not None:
             group["numOfHosts"] = hosts
-        group["template"] = {"spec": {"containers": [{"name": "ray-worker", "image": "ray"}]}}
+        group["template"] = pod_template("ray-worker", "ray")
         groups.append(group)
     spec = {
-        "headGroupSpec": {"template": {"spec": {"containers": [{"name": "ray-head", "image": "ray"}]}}},
+        "headGroupSpec": {"template": pod_template("ray-head", "ray")},
         "workerGroupSpecs": groups,
     }
     return owner_manifest("ray.io/v1", "RayCluster", name, spec, **options)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gangsched_testing import ci, devcluster, fakedra, fakenodes
+from gangsched_testing import ci, devcluster, fakedra, fakenodes, ownercrds
 from gangsched_testing.kube import Operator, ensure_crd, start_operator
 
 _HERE = Path(__file__).parent
@@ -73,6 +73,14 @@ def node_agent(control_plane: devcluster.ControlPlane) -> Iterator[fakenodes.Nod
     with control_plane.api_client() as api, fakenodes.NodeAgent(api_client=api) as agent:
         yield agent
     assert not agent.errors, f"the node agent hit errors: {agent.errors!r}"
+
+
+@pytest.fixture(scope="session")
+def owner_crds(admin_api: client.ApiClient) -> list[ownercrds.PinnedCrd]:
+    """The workload owners' published CRDs (gangsched_testing.ownercrds), served: JobSet,
+    LeaderWorkerSet, the Kubeflow jobs, TrainJob, RayCluster/RayJob/RayService. Installed once
+    per session (some seconds); an operator started after this discovers them."""
+    return ownercrds.install_owner_crds(admin_api)
 
 
 @pytest.fixture

@@ -55,7 +55,15 @@ def test_the_final_stage_runs_as_65532_from_the_venv() -> None:
 
 
 @pytest.mark.parametrize(
-    "script", ["image.sh", "image-test.sh", "image-base.sh", "docker-lib.sh", "build-control-plane.sh"]
+    "script",
+    [
+        "image.sh",
+        "image-test.sh",
+        "image-base.sh",
+        "docker-lib.sh",
+        "build-control-plane.sh",
+        "build-ray-operator.sh",
+    ],
 )
 def test_the_scripts_parse(script: str) -> None:
     subprocess.run(["bash", "-n", str(ROOT / "hack" / script)], check=True)
