@@ -14,7 +14,10 @@ RayCluster rather than what a builder says it would. What it does, from its sour
   template's spec as written (schedulerName included; KubeRay adds its own env, ports and
   command to the Ray container), and the labels ray.io/cluster, ray.io/node-type
   (head/worker), ray.io/group (headgroup or the group's name), ray.io/is-ray-node,
-  ray.io/identifier and app.kubernetes.io/created-by=kuberay-operator;
+  ray.io/identifier and app.kubernetes.io/created-by=kuberay-operator; a worker also gets
+  KubeRay's init container wait-gcs-ready (requests and limits 200m CPU, 256Mi), the head
+  the annotation ray.io/ft-enabled; no serviceAccountName unless the template sets one
+  (autoscaling off);
 - it watches RayCluster, RayJob and RayService, so all three CRDs must be served before it
   starts (:func:`start_ray_operator` installs them): controller-runtime gives up on a kind
   it cannot find once its cache-sync timeout passes, and the operator exits.

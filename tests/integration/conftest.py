@@ -79,7 +79,7 @@ def node_agent(control_plane: devcluster.ControlPlane) -> Iterator[fakenodes.Nod
 def owner_crds(admin_api: client.ApiClient) -> list[ownercrds.PinnedCrd]:
     """The workload owners' published CRDs (gangsched_testing.ownercrds), served: JobSet,
     LeaderWorkerSet, the Kubeflow jobs, TrainJob, RayCluster/RayJob/RayService. Installed once
-    per session (some seconds); an operator started after this discovers them."""
+    per session (some seconds)."""
     return ownercrds.install_owner_crds(admin_api)
 
 

@@ -6,7 +6,9 @@ run here (their controllers cannot be built on this machine): their CRDs, as pub
 their Go modules (gangsched_testing.ownercrds pins the files), are installed, and the
 objects the tests create are checked against those real schemas. The objects and owner
 chains those controllers would create are built by gangsched_testing.owners from their
-source. KubeRay's ray-operator v1.5.0 is built (`make ray-operator`) and run for real.
+source. KubeRay's ray-operator v1.5.0 is built (`make ray-operator`) and run for real: its
+pods, as it makes them, form the automatic gang `raycluster-<name>` under the pure rules,
+and gangsched, running, creates that PodGroup and binds them.
 """
 
 from __future__ import annotations
@@ -52,8 +54,7 @@ def create(api: client.ApiClient, namespace: str, body: Body) -> Body:
     field the CRD's schema does not know (fieldValidation=Strict: the default would prune it
     silently, and gangsched would read another object than the test wrote)."""
     crd = ownercrds.by_kind(body["kind"])
-    body = in_namespace(body, namespace)
-    body["metadata"] = {k: v for k, v in body["metadata"].items() if k != "uid"}
+    body = b.submitted(body, namespace)
     created: Body = request_json(
         api,
         "POST",
@@ -248,12 +249,6 @@ def test_the_ray_operator_creates_the_head_and_workers_controlled_by_the_rayclus
     request_json(admin_api, "GET", f"/api/v1/namespaces/{namespace}/services/{name}-head-svc")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TimeoutError,
-    reason="waits for the operator's owner wiring (issue 24: watches, automatic PodGroups, labels); "
-    "remove this mark when it lands",
-)
 def test_gangsched_binds_a_real_rayclusters_pods_as_one_automatic_gang(
     admin_api: client.ApiClient,
     namespace: str,
