@@ -93,7 +93,7 @@ def _template(**fields: Any) -> Manifest:
 def pod_template(container: str = "main", image: str = "train", **spec: Any) -> Manifest:
     """A pod template of ours, as users write it in a workload: schedulerName gangsched, one
     container requesting a CPU and 1Gi (what the fake nodes offer), `spec` fields added.
-    Every owner's schema requires a container's name and image; the controllers copy the
+    Every owner's schema requires a container's name; the controllers copy the
     template into the pods they create."""
     resources = {"requests": {"cpu": "1", "memory": "1Gi"}}
     containers = [{"name": container, "image": image, "resources": resources}]
