@@ -21,10 +21,11 @@ setup: ## create .venv with gangsched and its test tools, and build the control 
 	$(VENV)/bin/pip install -q -e '.[test]'
 	$(MAKE) control-plane
 
-control-plane: ## build kube-apiserver, kube-scheduler, kube-controller-manager, etcd, dra-oracle and bare-binder once into $(GANGSCHED_K8S_BIN)
+control-plane: ## build kube-apiserver, kube-scheduler, kube-controller-manager, etcd, dra-oracle and bare-binder once into $(GANGSCHED_K8S_BIN), and KubeRay's ray-operator
 	bash hack/build-control-plane.sh
 	bash hack/dra-oracle/build.sh
 	bash hack/bare-binder/build.sh
+	bash hack/build-ray-operator.sh
 
 dra-oracle: ## the Go DRA allocator/CEL oracle for differential tests (hack/dra-oracle/README.md)
 	bash hack/dra-oracle/build.sh
