@@ -51,13 +51,14 @@ from gangsched.loop import Scheduler, SchedulerConfig
 from gangsched.metrics import Metrics, serve
 from gangsched.model import GROUP, LIVE_PODS_SELECTOR, PLURAL, VERSION, PodGroupApi
 from gangsched.model.owners import LEADERWORKERSET, OwnerKind
-from gangsched.session import ApiError, ApiSession, bearer_token, serves
+from gangsched.session import ApiError, ApiSession, bearer_token, served_resources, serves
 from gangsched.transport import Transport
 
 log = logging.getLogger(__name__)
 
-# Owner kinds not served at startup (a CRD installed later) are looked for again this often.
-OWNER_DISCOVERY_SECONDS = 30.0
+# Owner kinds not served at startup (a CRD installed later) are looked for again this often:
+# one discovery GET per group/version not served yet (six at most).
+OWNER_DISCOVERY_SECONDS = 10.0
 
 
 @dataclass(slots=True)
@@ -217,11 +218,19 @@ def _owner_resources(kind: OwnerKind) -> list[Resource]:
 
 
 async def _discover_owners(op: Operator, kinds: list[OwnerKind]) -> list[OwnerKind]:
-    """The kinds of `kinds` the API serves (a kind it could not tell about counts as not)."""
-    served = []
+    """The kinds of `kinds` the API serves, one discovery GET per group/version (a kind it
+    could not tell about counts as not served, and is looked for again later)."""
+    by_version: dict[str, list[OwnerKind]] = {}
     for kind in kinds:
-        if await _served(op, kind.api_version, kind.plural, quiet=True):
-            served.append(kind)
+        by_version.setdefault(kind.api_version, []).append(kind)
+    served = []
+    for group_version, of_version in by_version.items():
+        try:
+            names = await served_resources(op.transport.get, group_version)
+        except Exception as exc:
+            log.debug("could not tell whether %s is served: %s", group_version, exc)
+            continue
+        served += [kind for kind in of_version if kind.plural in names]
     return served
 
 
@@ -238,17 +247,16 @@ async def _discover_owners_later(op: Operator) -> None:
             _start_informers(op, _owner_resources(kind))
 
 
-async def _served(op: Operator, group_version: str, *resources: str, quiet: bool = False) -> bool | None:
+async def _served(op: Operator, group_version: str, *resources: str) -> bool | None:
     """`session.serves`, through the transport (its slots and retries); None (with a
-    warning, unless `quiet`) when the API could not tell."""
+    warning) when the API could not tell."""
     try:
         return await serves(op.transport.get, group_version, *resources)
     except ApiError as exc:
         error = str(exc.status)
     except Exception as exc:
         error = str(exc)
-    if not quiet:
-        log.warning("could not tell whether %s is served (%s); watching it", group_version, error)
+    log.warning("could not tell whether %s is served (%s); watching it", group_version, error)
     return None
 
 

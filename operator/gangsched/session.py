@@ -285,18 +285,23 @@ def discovery_path(group_version: str) -> str:
     return "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
 
 
-async def serves(get: Get, group_version: str, *resources: str) -> bool:
-    """Does the API serve every one of `resources` (plural names) in `group_version`? One
-    discovery GET; a 404 (the group/version is not served at all) is a plain no. Any other
-    error is raised: whether to go on without, or assume served, is the caller's to say."""
+async def served_resources(get: Get, group_version: str) -> set[str]:
+    """The resources (plural names, subresources included) the API serves in `group_version`:
+    one discovery GET; a 404 (the group/version is not served at all) is none. Any other error
+    is raised: whether to go on without, or assume served, is the caller's to say."""
     try:
         found = await get(discovery_path(group_version), {})
     except ApiError as exc:
         if exc.status == 404:
-            return False
+            return set()
         raise
     listed = (found or {}).get("resources") or []
-    names = {str(r.get("name")) for r in listed if isinstance(r, Mapping)}
+    return {str(r.get("name")) for r in listed if isinstance(r, Mapping)}
+
+
+async def serves(get: Get, group_version: str, *resources: str) -> bool:
+    """Does the API serve every one of `resources` (plural names) in `group_version`?"""
+    names = await served_resources(get, group_version)
     return all(resource in names for resource in resources)
 
 

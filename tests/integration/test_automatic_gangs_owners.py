@@ -207,3 +207,46 @@ def test_a_leaderworkerset_is_one_gang_per_group(
         p["metadata"]["labels"][POD_GROUP_LABEL] == "leaderworkerset-serve-0"
         for p in list_pods(admin_api, namespace)
     )
+
+
+def test_an_owner_kind_installed_after_gangsched_started_is_watched_and_makes_gangs(
+    admin_api: client.ApiClient,
+    namespace: str,
+    owner_crds: list[ownercrds.PinnedCrd],
+    fake_nodes: NodeFactory,
+    operator_factory: OperatorFactory,
+) -> None:
+    """PaddleJobs not served when gangsched starts; the CRD installed then: within the
+    discovery interval (10 s) its pods make a gang, and before that they wait, never bound
+    alone. The CRD is installed again afterwards in any case (the session's fixture's)."""
+    crd = ownercrds.by_kind("PaddleJob")
+    request_json(admin_api, "DELETE", f"{ownercrds.CRDS_PATH}/{crd.name}")
+    try:
+        wait_until(lambda: not _crd_exists(admin_api, crd.name), what="the PaddleJob CRD deleted")
+        fake_nodes(fakenodes.NodeSet(count=2, name_prefix=f"p{uuid.uuid4().hex[:5]}-", cpu="1", memory="2Gi"))
+        operator_factory()
+        ownercrds.install_owner_crds(admin_api, ["PaddleJob"])
+        job = create(admin_api, namespace, b.kubeflow_job("PaddleJob", "ocr", {"Master": 1, "Worker": 1}))
+        for role in ("master", "worker"):
+            create(admin_api, namespace, b.owned_pod(f"ocr-{role}-0", job))
+        wait_until(
+            lambda: (
+                len(
+                    [p for p in list_pods(admin_api, namespace, "paddlejob-ocr") if p["spec"].get("nodeName")]
+                )
+                == 2
+            ),
+            timeout=30,
+            what="the PaddleJob's 2 pods bound as paddlejob-ocr",
+        )
+        assert len(list_pods(admin_api, namespace)) == 2  # no pod bound outside the gang
+    finally:
+        ownercrds.install_owner_crds(admin_api, ["PaddleJob"])
+
+
+def _crd_exists(api: client.ApiClient, name: str) -> bool:
+    try:
+        request_json(api, "GET", f"{ownercrds.CRDS_PATH}/{name}")
+    except Exception:
+        return False
+    return True
