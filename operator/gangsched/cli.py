@@ -60,13 +60,14 @@ def simulate(
     """Plan offline: where would gangsched put the pending pods in PATHS?
 
     PATHS are YAML/JSON files or directories holding Nodes, Pods (bound ones are load),
-    PodGroups (gangsched's and Kubernetes' scheduling.k8s.io/v1alpha2) and PriorityClasses.
-    Exit 0 whenever the input parsed, 2 when it did not.
+    PodGroups (gangsched's and Kubernetes' scheduling.k8s.io/v1alpha2) and PriorityClasses,
+    and the workloads whose pods make automatic gangs (Jobs, JobSets, PyTorchJobs, ...), which
+    are formed as gangsched forms them. Exit 0 whenever the input parsed, 2 when it did not.
     """
     from gangsched import simulate as sim
 
     try:
-        inputs = sim.load(list(paths))
+        inputs = sim.load(list(paths), scheduler_name=scheduler_name)
     except sim.InputError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -88,12 +89,15 @@ def simulate(
                 "pods' PriorityClass)",
                 err=True,
             )
+    missing = inputs.missing_owners()
+    if missing is not None:
+        click.echo(f"warning: {missing}", err=True)
     keys = _levels_option(levels)
     result = sim.run(inputs, scheduler_name=scheduler_name)
     if output == "json":
-        click.echo(json.dumps(sim.to_json(result), indent=2))
+        click.echo(json.dumps(sim.to_json(result, inputs), indent=2))
     else:
-        click.echo(sim.to_text(result))
+        click.echo(sim.to_text(result, inputs))
     if plot is not None:
         _draw(sim.occupancy(inputs, result, levels=keys), plot)
 
@@ -509,10 +513,13 @@ def explain(
     change that would make it fit now (fewer pods, Preferred instead of Required, a
     toleration, preempting lower-priority gangs, waiting for terminating pods). NAME is a
     PodGroup of gangsched's API or Kubernetes' own (scheduling.k8s.io/v1alpha2); when both
-    have one of that name, gangsched's (the one it schedules) is explained.
+    have one of that name, gangsched's (the one it schedules) is explained. The PodGroup of a
+    workload's automatic gang names its owner (Job/train); NAME may also be that PodGroup's
+    name before it exists (job-train), or a pod: a pod held while its gang forms says why
+    (WaitingForGang), a member of a PodGroup is explained through it.
 
-    Exit 0 when every pod of the group is bound, 1 when it waits, 2 on bad input (a malformed
-    name, no such PodGroup, no cluster to ask).
+    Exit 0 when every pod of the group (or the pod) is bound, 1 when it waits, 2 on bad input
+    (a malformed name, no such PodGroup or pod, no cluster to ask).
     """
     from gangsched import explain as why
     from gangsched.cluster.read import ClusterError
@@ -583,13 +590,15 @@ def top(
 
     Gangs with pods not yet bound are listed below, with the reason their PodGroup gives.
     PodGroups of both APIs count; Kubernetes' own (scheduling.k8s.io/v1alpha2) are marked
-    "(native)". Exit 0 (also when Ctrl-C ends --watch), 2 when the cluster cannot be read,
-    130 when Ctrl-C interrupts a single look.
+    "(native)", and the automatic gang of a workload is followed by its owner, "(Job/train)".
+    Exit 0 (also when Ctrl-C ends --watch), 2 when the cluster cannot be read, 130 when Ctrl-C
+    interrupts a single look.
     """
     import time
 
     from gangsched import occupancy
     from gangsched.cluster.read import ClusterError, read_cluster, serves_native_pod_groups
+    from gangsched.explain import held_view
 
     keys = _levels_option(levels)
     tty = sys.stdout.isatty()
@@ -601,11 +610,15 @@ def top(
                 native = serves_native_pod_groups(cluster)  # asked once, not on every refresh
             except ClusterError as exc:
                 _fail(str(exc))
+            served: dict[str, set[str]] = {}  # the owner kinds' discovery, once
             while True:
                 try:
                     cache = read_cluster(cluster, dra=False, native=native)
+                    # Pods held while their automatic gang forms, as the operator holds them.
+                    view = held_view(cluster, cache, scheduler_name=scheduler_name, served=served)
                 except ClusterError as exc:
                     _fail(str(exc))
+                held, held_owners = occupancy.held_gangs(view.held, view.gangs, cache.pod_groups)
                 pods = cache.pods_for_engine()
                 waiting = occupancy.pending_gangs(
                     pods,
@@ -613,9 +626,15 @@ def top(
                     resource=resource,
                     statuses={key: cache.last_status(key) for key in cache.pod_groups},
                     apis={key: group.api for key, group in cache.pod_groups.items()},
+                    held=held,
                 )
                 occ = occupancy.build(
-                    list(cache.nodes.values()), pods, levels=keys, resource=resource, waiting=waiting
+                    list(cache.nodes.values()),
+                    pods,
+                    levels=keys,
+                    resource=resource,
+                    waiting=waiting,
+                    owners={**occupancy.automatic_owners(cache.pod_groups.values()), **held_owners},
                 )
                 if output == "json":
                     click.echo(json.dumps(occupancy.to_json(occ), indent=None if watch else 2))

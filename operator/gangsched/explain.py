@@ -12,20 +12,56 @@ does). This module only parses the name, looks the PodGroup up and renders the a
 Either API's PodGroup is explained the same way: gangsched's CRD or Kubernetes' own
 scheduling.k8s.io/v1alpha2 PodGroup. When both have one of that name, gangsched's is the one
 the operator schedules, so it is the one explained, and one line says the other exists.
+
+Automatic gangs (model/owners.py): a PodGroup gangsched made for a workload names its owner
+(`Job/train`). When a pending pod of ours has a controller, the owner kinds the API serves are
+listed too (`cluster.read.read_owners`, with the user's credentials), so that the pods the
+operator holds out of the queue while their gang forms (`model.owners.held_pods`, reason
+WaitingForGang) are held here as well, and said:
+
+- NAME is a PodGroup: as above; pods of its workload not in it yet are named with why;
+- NAME is no PodGroup but the name of an automatic gang not formed yet (`job-train` while
+  the Job's annotation is invalid, say): its owner and why its pods wait (`Forming`);
+- NAME is a pod: a member of a PodGroup is explained through it; any other pod on its own,
+  its WaitingForGang reason when it is held (`PodReport`).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from gangsched.cluster.read import Cluster, FoundPodGroup, find_pod_group, read_cluster, read_members
+from gangsched.cluster.cache import ClusterCache
+from gangsched.cluster.read import (
+    Cluster,
+    FoundPodGroup,
+    find_pod_group,
+    get,
+    read_cluster,
+    read_members,
+    read_owners,
+)
+from gangsched.engine import schedule_cycle
 from gangsched.engine.explain import DomainFit
+from gangsched.engine.types import GroupDecision
 from gangsched.engine.whatif import Analysis, Change, analyse
-from gangsched.model import DEFAULT_SCHEDULER_NAME, Node, PodGroupApi, Reason
+from gangsched.model import (
+    DEFAULT_SCHEDULER_NAME,
+    Key,
+    ModelError,
+    Node,
+    OwnerRef,
+    Pod,
+    PodGroup,
+    PodGroupApi,
+    Reason,
+    parse_pod,
+)
+from gangsched.model.owners import automatic_name, held_pods, hold_reason, pending
+from gangsched.occupancy import owner_text
 
 EXIT_SCHEDULED = 0
 EXIT_WAITING = 1
@@ -57,6 +93,19 @@ def parse_name(text: str, namespace: str | None = None) -> tuple[str, str]:
     return ns, name
 
 
+@dataclass(frozen=True, slots=True)
+class HeldPod:
+    """A pending pod held out of the queue while its automatic gang forms, and why."""
+
+    namespace: str
+    name: str
+    message: str
+
+    @property
+    def key(self) -> Key:
+        return (self.namespace, self.name)
+
+
 @dataclass(slots=True)
 class Report:
     found: FoundPodGroup
@@ -65,6 +114,18 @@ class Report:
     # The apiVersion of the native PodGroup of the same namespace/name as gangsched's explained
     # one, when one exists (the operator schedules gangsched's and warns on the native one).
     name_clash: str | None = None
+    # Pods of the workload whose automatic gang has this PodGroup's name, not in it (yet).
+    held: list[HeldPod] = field(default_factory=list)
+    # The pod NAME named, when it was a pod (a member of this PodGroup).
+    via_pod: str | None = None
+    # Owner collections served that the user may not list (module doc).
+    not_listed: list[str] = field(default_factory=list)
+
+    @property
+    def owner(self) -> OwnerRef | None:
+        """The workload whose automatic gang this PodGroup is (gangsched made it), else None."""
+        group = self.found.group
+        return group.controller if group.managed and not group.is_native else None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -80,14 +141,156 @@ class Report:
         return tuple(c.key for c in spec.scheduling_constraints.topology) if spec is not None else ()
 
 
+@dataclass(slots=True)
+class Forming:
+    """An automatic gang whose PodGroup does not exist: its workload and its held pods."""
+
+    namespace: str
+    name: str
+    owner: OwnerRef
+    held: list[HeldPod]
+    not_listed: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> Key:
+        return (self.namespace, self.name)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_WAITING
+
+
+@dataclass(slots=True)
+class PodReport:
+    """A pod in no PodGroup that exists: alone, held while its automatic gang forms, or naming
+    a PodGroup that does not exist; the cycle's decision for it while it waits."""
+
+    pod: Pod
+    # The workload whose automatic gang it belongs to (the top owner of its controller chain)
+    # and that gang's PodGroup name; None when its chain reaches no table kind.
+    owner: OwnerRef | None
+    gang: str | None
+    decision: GroupDecision | None
+    held: str | None = None
+    not_listed: list[str] = field(default_factory=list)
+    # Another scheduler's pod (spec.schedulerName): gangsched does not place it.
+    other_scheduler: bool = False
+
+    @property
+    def key(self) -> Key:
+        return self.pod.key
+
+    @property
+    def scheduled(self) -> bool:
+        return bool(self.pod.node_name)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_SCHEDULED if self.scheduled else EXIT_WAITING
+
+
+Explanation = Report | Forming | PodReport
+
+
+def _needs_owners(cache: ClusterCache, scheduler_name: str) -> bool:
+    """Could a pod of ours be held (a pending one with a controller)? Only then are owners read."""
+    return any(
+        p.controller is not None and p.scheduler_name == scheduler_name and pending(p)
+        for p in cache.pods.values()
+    )
+
+
+@dataclass(slots=True)
+class HeldView:
+    """The cluster as read once, with the pods the operator would hold out of the queue while
+    their automatic gang forms (`explain`, and `top`'s waiting gangs)."""
+
+    cache: ClusterCache
+    held: dict[Key, str]  # held pod -> why (its WaitingForGang message)
+    gangs: dict[Key, tuple[OwnerRef, str]]  # held pod -> its workload and its gang's name
+    not_listed: list[str]  # owner collections served that the user may not list
+
+    def held_for(self, namespace: str, name: str) -> list[HeldPod]:
+        """The held pods whose automatic gang is namespace/name."""
+        return [
+            HeldPod(key[0], key[1], self.held[key])
+            for key, (_, gang) in sorted(self.gangs.items())
+            if key[0] == namespace and gang == name
+        ]
+
+
+def held_view(
+    cluster: Cluster,
+    cache: ClusterCache,
+    *,
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+    found: FoundPodGroup | None = None,
+    served: dict[str, set[str]] | None = None,
+) -> HeldView:
+    """Read the owners when a pending pod of ours has a controller (`read_owners`; `served`
+    keeps its discovery across calls), and hold the pods the loop would hold
+    (`model.owners.held_pods`). `found` is a PodGroup as just read, newer than the LIST."""
+    not_listed = read_owners(cluster, cache, served) if _needs_owners(cache, scheduler_name) else []
+
+    def existing(key: Key) -> PodGroup | None:
+        if found is not None and not found.group.is_native and found.group.key == key:
+            return found.group  # as just read
+        return cache.pod_group_of(key, PodGroupApi.GANGSCHED)
+
+    steps = held_pods(cache.pods_for_engine(), cache.owners, existing, scheduler_name=scheduler_name)
+    gangs = {}
+    for key in steps:
+        named = automatic_name(cache.pods[key], cache.owners)
+        if named is not None:
+            gangs[key] = (named[0].ref, named[1])
+    return HeldView(cache, {key: hold_reason(step) for key, step in steps.items()}, gangs, not_listed)
+
+
 def explain(
     cluster: Cluster, namespace: str, name: str, *, scheduler_name: str = DEFAULT_SCHEDULER_NAME
-) -> Report:
-    """Read the cluster, find the PodGroup and analyse it (BadInputError when it does not exist)."""
+) -> Explanation:
+    """Read the cluster and explain NAME: a PodGroup (analysed), an automatic gang not formed
+    yet, or a pod (module doc); BadInputError when it is none of them."""
     cache = read_cluster(cluster)
     found = find_pod_group(cluster, namespace, name, cache.priority_classes)
-    if found is None:
+    look = held_view(cluster, cache, scheduler_name=scheduler_name, found=found)
+    if found is not None:
+        return _group_report(cluster, look, found, scheduler_name)
+    held = look.held_for(namespace, name)
+    if held:
+        owner = look.gangs[held[0].key][0]
+        return Forming(namespace, name, owner, held, look.not_listed)
+    pod = _find_pod(cluster, cache, namespace, name)
+    if pod is None:
         raise BadInputError(f"PodGroup {namespace}/{name} not found")
+    group_key = cache.group_of(pod)
+    if group_key is not None and group_key in cache.pod_groups:
+        member_of = find_pod_group(cluster, *group_key, cache.priority_classes)
+        if member_of is not None:
+            report = _group_report(cluster, look, member_of, scheduler_name)
+            report.via_pod = pod.name
+            return report
+    return _pod_report(look, pod, scheduler_name)
+
+
+def _find_pod(cluster: Cluster, cache: ClusterCache, namespace: str, name: str) -> Pod | None:
+    """The pod as the cache holds it (assumed bindings applied), else as a GET reads it (a
+    finished pod is not in the LIST of unfinished ones)."""
+    pod = cache.pods.get((namespace, name))
+    if pod is not None:
+        return cache.assumptions.view(pod)
+    body = get(cluster, f"/api/v1/namespaces/{namespace}/pods/{name}", what=f"get pod {namespace}/{name}")
+    if body is None:
+        return None
+    try:
+        return parse_pod(body, priorities=cache.priority_classes)
+    except ModelError as exc:
+        raise BadInputError(f"pod {namespace}/{name} cannot be read: {exc}") from None
+
+
+def _group_report(cluster: Cluster, look: HeldView, found: FoundPodGroup, scheduler_name: str) -> Report:
+    cache = look.cache
+    namespace, name = found.group.key
     read_members(cluster, cache, namespace, name, found.group.api)
     groups = dict(cache.pod_groups)
     groups[found.group.key] = found.group  # as just read (the LIST may be a moment older)
@@ -102,8 +305,43 @@ def explain(
         scheduler_name=scheduler_name,
         dra=cache.devices.objects(time.monotonic()),
         budgets=list(cache.budgets.values()),
+        held_pods=look.held or None,
     )
-    return Report(found, analysis, dict(cache.nodes), native.api_version if clash else None)
+    held = look.held_for(namespace, name) if not found.group.is_native else []
+    return Report(
+        found,
+        analysis,
+        dict(cache.nodes),
+        native.api_version if clash else None,
+        held=held,
+        not_listed=look.not_listed,
+    )
+
+
+def _pod_report(look: HeldView, pod: Pod, scheduler_name: str) -> PodReport:
+    cache = look.cache
+    named = automatic_name(pod, cache.owners) if pod.controller is not None else None
+    decision = None
+    if not pod.node_name and not pod.terminal:
+        result = schedule_cycle(
+            nodes=list(cache.nodes.values()),
+            pods=cache.pods_for_engine(),
+            pod_groups=list(cache.pod_groups.values()),
+            scheduler_name=scheduler_name,
+            dra=cache.devices.objects(time.monotonic()),
+            budgets=list(cache.budgets.values()),
+            held_pods=look.held or None,
+        )
+        decision = next((d for p, _, d in result.pods if p.key == pod.key), None)
+    return PodReport(
+        pod,
+        owner=named[0].ref if named is not None else None,
+        gang=named[1] if named is not None else None,
+        decision=decision,
+        held=look.held.get(pod.key),
+        not_listed=look.not_listed,
+        other_scheduler=pod.scheduler_name != scheduler_name,
+    )
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -181,7 +419,7 @@ def _change_json(c: Change) -> dict[str, Any]:
     return {"kind": c.kind, "summary": c.summary, "outcome": c.outcome, **c.data}
 
 
-def to_json(report: Report) -> dict[str, Any]:
+def _group_json(report: Report) -> dict[str, Any]:
     a = report.analysis
     spec = report.found.group.spec
     decision = a.decision
@@ -213,14 +451,84 @@ def to_json(report: Report) -> dict[str, Any]:
         "changes": [_change_json(c) for c in a.changes],
         "placement": [{"domain": d, "nodes": per} for d, per in placement(report).items()],
         "wouldPlace": would,
+        "owner": _owner_json(report.owner),
+        "heldPods": [_held_json(h) for h in report.held],
+        "pod": report.via_pod,
+        "ownersNotListed": report.not_listed,
     }
+
+
+def _owner_json(ref: OwnerRef | None) -> dict[str, str] | None:
+    """An automatic gang's workload: {"apiVersion", "kind", "name"}; None for any other group."""
+    return None if ref is None else {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name}
+
+
+def _held_json(held: HeldPod) -> dict[str, str]:
+    return {
+        "namespace": held.namespace,
+        "name": held.name,
+        "reason": Reason.WAITING_FOR_GANG.value,
+        "message": held.message,
+    }
+
+
+def _forming_json(report: Forming) -> dict[str, Any]:
+    return {
+        "podGroup": {
+            "apiVersion": PodGroupApi.GANGSCHED.api_version,
+            "namespace": report.namespace,
+            "name": report.name,
+        },
+        "exists": False,
+        "owner": _owner_json(report.owner),
+        "scheduled": False,
+        "reason": Reason.WAITING_FOR_GANG.value,
+        "heldPods": [_held_json(h) for h in report.held],
+        "ownersNotListed": report.not_listed,
+    }
+
+
+def _pod_json(report: PodReport) -> dict[str, Any]:
+    pod = report.pod
+    decision = report.decision
+    group = None
+    if pod.pod_group is not None:
+        group = {
+            "apiVersion": pod.pod_group_api.api_version,
+            "namespace": pod.namespace,
+            "name": pod.pod_group,
+        }
+    return {
+        "pod": {"namespace": pod.namespace, "name": pod.name},
+        "podGroup": group,
+        "owner": _owner_json(report.owner),
+        "automaticPodGroup": report.gang,
+        "scheduled": report.scheduled,
+        "node": pod.node_name or None,
+        "reason": None if report.scheduled or decision is None else decision.reason.value,
+        "message": None if report.scheduled or decision is None else decision.message,
+        "wouldPlace": None
+        if report.scheduled or decision is None or not decision.scheduled
+        else {"node": decision.assignments.get(pod.key)},
+        "ownersNotListed": report.not_listed,
+    }
+
+
+def to_json(report: Explanation) -> dict[str, Any]:
+    """The explanation as JSON: a PodGroup's (with "owner" and "heldPods" for automatic gangs),
+    an automatic gang not formed yet ("exists": false), or a pod's ("pod")."""
+    if isinstance(report, Forming):
+        return _forming_json(report)
+    if isinstance(report, PodReport):
+        return _pod_json(report)
+    return _group_json(report)
 
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def to_text(report: Report) -> str:
+def _group_text(report: Report) -> str:
     a = report.analysis
     spec = report.found.group.spec
     counts = _counts(report)
@@ -241,9 +549,17 @@ def to_text(report: Report) -> str:
     elif report.found.group.is_native and (cond := _condition(report)) is not None:
         facts.append(f"PodGroupScheduled {cond['status']}/{cond['reason']}")
     lines.append("  " + "; ".join(facts))
+    if report.via_pod is not None:
+        lines.insert(0, f"pod {ns}/{report.via_pod} is a member of PodGroup {ns}/{name}")
+    if report.owner is not None:
+        lines.append(
+            f"  owner: {owner_text(report.owner)} (an automatic gang: gangsched made this PodGroup for it)"
+        )
     clash = _clash_line(report)
     if clash:
         lines.append("  " + clash)
+    lines += _held_lines(report.held, "not in it")
+    lines += _not_listed_lines(report.not_listed)
     if a.scheduled:
         lines.append("")
         lines.append("where it went:")
@@ -289,3 +605,75 @@ def to_text(report: Report) -> str:
     elif decision.reason == Reason.UNSCHEDULABLE and a.reasons is not None:
         lines += ["", "no single change found that makes it fit now: it waits for capacity to free up"]
     return "\n".join(lines)
+
+
+def _held_lines(held: Sequence[HeldPod], where: str) -> list[str]:
+    """Held pods, those of one reason together (a workload's pods wait for one reason)."""
+    why: dict[str, list[str]] = {}
+    for h in held:
+        why.setdefault(h.message, []).append(f"{h.namespace}/{h.name}")
+    lines = []
+    for message, names in why.items():
+        pods = f"{_plural(len(names), 'pod')} {where} ({', '.join(names)})"
+        lines.append(f"  {pods}: {Reason.WAITING_FOR_GANG.value}: {message}")
+    return lines
+
+
+def _not_listed_lines(not_listed: Sequence[str]) -> list[str]:
+    if not not_listed:
+        return []
+    return [
+        f"  note: not allowed to list {', '.join(not_listed)}: pods under those owners look as if "
+        "they waited for them"
+    ]
+
+
+def _forming_text(report: Forming) -> str:
+    ns, name = report.key
+    lines = [
+        f"PodGroup {ns}/{name} ({PodGroupApi.GANGSCHED.api_version}): not created yet",
+        f"  owner: {owner_text(report.owner)} (its automatic gang: gangsched makes this PodGroup for it)",
+    ]
+    lines += _held_lines(report.held, "wait for it")
+    lines += _not_listed_lines(report.not_listed)
+    return "\n".join(lines)
+
+
+def _pod_text(report: PodReport) -> str:
+    pod = report.pod
+    where = f"{pod.namespace}/{pod.name}"
+    if report.scheduled:
+        lines = [f"Pod {where}: scheduled", f"  on node {pod.node_name}"]
+    else:
+        lines = [f"Pod {where}: {'finished' if pod.terminal else 'waiting'}"]
+    facts = []
+    if report.other_scheduler:
+        facts.append(f"spec.schedulerName is {pod.scheduler_name!r}: not gangsched's to place")
+    elif pod.pod_group is not None:
+        facts.append(f"names PodGroup {pod.namespace}/{pod.pod_group} ({pod.pod_group_api.api_version})")
+    elif report.owner is not None and report.gang is not None:
+        facts.append(f"in no PodGroup yet; its automatic gang is PodGroup {pod.namespace}/{report.gang}")
+    else:
+        facts.append("in no gang: placed on its own")
+    if report.owner is not None:
+        facts.append(f"owner {owner_text(report.owner)}")
+    lines.append("  " + "; ".join(facts))
+    decision = report.decision
+    if decision is not None and not report.scheduled:
+        node = decision.assignments.get(pod.key)
+        if decision.scheduled and node:
+            lines.append(f"  would be placed now on {node}: {decision.message}")
+            lines.append("  (gangsched has not bound it yet: is it running?)")
+        else:
+            lines.append(f"  reason: {decision.reason.value}: {decision.message}")
+    lines += _not_listed_lines(report.not_listed)
+    return "\n".join(lines)
+
+
+def to_text(report: Explanation) -> str:
+    """The explanation for a person (module doc)."""
+    if isinstance(report, Forming):
+        return _forming_text(report)
+    if isinstance(report, PodReport):
+        return _pod_text(report)
+    return _group_text(report)

@@ -5,7 +5,8 @@ An `Occupancy` is built from the model's Nodes and Pods (`build`): per node its 
 (allocatable of every resource named like a GPU, e.g. nvidia.com/gpu, or one resource of the
 user's choice), those bound pods request, and per holder (a PodGroup namespace/name, of
 either API: a native scheduling.k8s.io/v1alpha2 PodGroup's carries `NATIVE_MARK`, and in
-JSON `"api": "native"`; pods of no PodGroup together as `OTHER`). Domains are the paths of
+JSON `"api": "native"`; pods of no PodGroup together as `OTHER`). A PodGroup an automatic gang
+made is followed by its owner, `(Job/train)`, and in JSON `"owner"`. Domains are the paths of
 the node label values of `levels` (outermost first), as the engine forms them: rack r1 of
 block b0 and rack r1 of block b1 are two racks. Gangs still waiting are listed apart
 (`Waiting`).
@@ -17,11 +18,11 @@ Rendered as text (one line per domain, indented per level) and JSON here, as a p
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangsched.model import Node, Pod, PodGroupApi
+from gangsched.model import Node, OwnerRef, Pod, PodGroup, PodGroupApi, Reason
 
 # The topology label keys of the demo and the examples (docs/placement.md), outermost first;
 # `default_levels` keeps those the nodes carry.
@@ -33,6 +34,8 @@ MISSING = "-"
 # After the namespace/name of a native (scheduling.k8s.io/v1alpha2) PodGroup: the two APIs
 # may each have a PodGroup of one name, and they are different gangs.
 NATIVE_MARK = " (native)"
+# The kind of `pending_gangs`' entries of held pods (an API's value for PodGroups, "" for pods).
+_HELD = "held"
 
 
 def is_gpu(resource: str) -> bool:
@@ -84,6 +87,8 @@ class Occupancy:
     resource: str  # what is counted: "GPUs", or a resource name
     nodes: list[NodeUse]
     waiting: list[Waiting] = field(default_factory=list)
+    # Holder or waiting gang label -> the workload whose automatic gang it is.
+    owners: Mapping[str, OwnerRef] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -164,6 +169,21 @@ def holder(pod: Pod) -> str:
     return group_label(pod.namespace, pod.pod_group, pod.pod_group_api) if pod.pod_group else OTHER
 
 
+def automatic_owners(pod_groups: Iterable[PodGroup]) -> dict[str, OwnerRef]:
+    """The owner of each PodGroup gangsched made for a workload (labelled managed-by, with a
+    controller), by its label: what `build` names next to it."""
+    return {
+        group_label(g.namespace, g.name, g.api): g.controller
+        for g in pod_groups
+        if g.managed and g.controller is not None
+    }
+
+
+def owner_text(ref: OwnerRef) -> str:
+    """``Job/train``: an automatic gang's owner, as the tools show it."""
+    return f"{ref.kind}/{ref.name}"
+
+
 def build(
     nodes: Sequence[Node],
     pods: Iterable[Pod],
@@ -172,11 +192,13 @@ def build(
     resource: str | None = None,
     placed: Mapping[tuple[str, str], str] | None = None,
     waiting: Sequence[Waiting] = (),
+    owners: Mapping[str, OwnerRef] | None = None,
 ) -> Occupancy:
     """What `pods` take of `resource` (None: GPUs) on `nodes`; nodes without any are left out.
 
     A pod counts when it holds resources (bound, not finished) or when `placed` gives it a
-    node (a simulated placement)."""
+    node (a simulated placement). `owners` (`automatic_owners`) names the workload of each
+    automatic gang."""
     keys = tuple(levels) if levels is not None else default_levels(nodes)
     placed = placed or {}
     use: dict[str, Counter[str]] = {}
@@ -203,7 +225,7 @@ def build(
                 unavailable=node.unschedulable or not node.ready,
             )
         )
-    return Occupancy(keys, resource or "GPUs", out, list(waiting))
+    return Occupancy(keys, resource or "GPUs", out, list(waiting), dict(owners or {}))
 
 
 def waiting_units(pods: Iterable[Pod], resource: str | None) -> int:
@@ -213,9 +235,15 @@ def waiting_units(pods: Iterable[Pod], resource: str | None) -> int:
 # ----------------------------------------------------------------------------- rendering
 
 
-def _holders_text(holders: Mapping[str, int]) -> str:
+def shown(occ: Occupancy, label: str) -> str:
+    """A holder's or waiting gang's label as shown: with its owner when an automatic gang."""
+    ref = occ.owners.get(label)
+    return label if ref is None else f"{label} ({owner_text(ref)})"
+
+
+def _holders_text(occ: Occupancy, holders: Mapping[str, int]) -> str:
     ranked = sorted(holders.items(), key=lambda kv: (-kv[1], kv[0]))
-    return ", ".join(f"{name} {units}" for name, units in ranked) or "-"
+    return ", ".join(f"{shown(occ, name)} {units}" for name, units in ranked) or "-"
 
 
 def to_text(occ: Occupancy, *, waiting: bool = True) -> str:
@@ -232,33 +260,39 @@ def to_text(occ: Occupancy, *, waiting: bool = True) -> str:
         lines.append(f"{'DOMAIN':<{width}}  {unit:>{uwidth}}  HELD BY")
         for d in domains:
             label = "  " * d.depth + d.name
-            lines.append(f"{label:<{width}}  {f'{d.used}/{d.total}':>{uwidth}}  {_holders_text(d.holders)}")
+            lines.append(
+                f"{label:<{width}}  {f'{d.used}/{d.total}':>{uwidth}}  {_holders_text(occ, d.holders)}"
+            )
     else:
-        lines.append(f"held by: {_holders_text(occ.holders())}")
+        lines.append(f"held by: {_holders_text(occ, occ.holders())}")
     if waiting and occ.waiting:
         lines.append("")
-        nwidth = max(7, *(len(w.name) for w in occ.waiting))
+        nwidth = max(7, *(len(shown(occ, w.name)) for w in occ.waiting))
         lines.append(f"{'WAITING':<{nwidth}}  {'PODS':>4}  {unit:>{len(unit)}}  WHY")
         for w in occ.waiting:
             why = f"{w.reason}: {w.message}" if w.reason and w.message else (w.reason or w.message or "-")
-            lines.append(f"{w.name:<{nwidth}}  {w.pods:>4}  {w.units:>{len(unit)}}  {why}")
+            lines.append(f"{shown(occ, w.name):<{nwidth}}  {w.pods:>4}  {w.units:>{len(unit)}}  {why}")
     return "\n".join(lines)
 
 
-def _named(label: str) -> dict[str, Any]:
+def _named(label: str, owners: Mapping[str, OwnerRef] | None = None) -> dict[str, Any]:
     """A holder's or waiting gang's name for JSON: a native PodGroup's name without the mark,
-    and "api": "native" (absent for gangsched's PodGroups and other pods)."""
+    and "api": "native" (absent for gangsched's PodGroups and other pods); an automatic gang's
+    "owner" (apiVersion, kind, name; absent for other PodGroups)."""
     group, api = parse_label(label)
     out: dict[str, Any] = {"name": group or label}
     if api is not None:
         out["api"] = api
+    ref = (owners or {}).get(label)
+    if ref is not None:
+        out["owner"] = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name}
     return out
 
 
 def to_json(occ: Occupancy) -> dict[str, Any]:
     def held(holders: Mapping[str, int]) -> list[dict[str, Any]]:
         return [
-            {"podGroup": parse_label(name)[0], **_named(name), "used": units}
+            {"podGroup": parse_label(name)[0], **_named(name, occ.owners), "used": units}
             for name, units in sorted(holders.items(), key=lambda kv: (-kv[1], kv[0]))
         ]
 
@@ -291,7 +325,7 @@ def to_json(occ: Occupancy) -> dict[str, Any]:
         ],
         "waiting": [
             {
-                **_named(w.name),
+                **_named(w.name, occ.owners),
                 "pods": w.pods,
                 "units": w.units,
                 "reason": w.reason,
@@ -313,6 +347,27 @@ def _condition(status: Mapping[str, Any] | None) -> tuple[str, str]:
     return "", ""
 
 
+def held_gangs(
+    held: Mapping[tuple[str, str], str],
+    gangs: Mapping[tuple[str, str], tuple[OwnerRef, str]],
+    pod_groups: Container[tuple[str, str]],
+) -> tuple[dict[tuple[str, str], tuple[str, str | None]], dict[str, OwnerRef]]:
+    """The pods held while their automatic gang forms (`explain.held_view`: why each waits,
+    its workload and its gang's name) as `pending_gangs` takes them: pod -> (why, the gang's
+    name to list it under, None to list it alone: a PodGroup of that name exists, not its
+    own), and the owners of those gangs by label (for `build`)."""
+    out: dict[tuple[str, str], tuple[str, str | None]] = {}
+    owners: dict[str, OwnerRef] = {}
+    for key, message in held.items():
+        gang = gangs.get(key)
+        name = None
+        if gang is not None and (key[0], gang[1]) not in pod_groups:
+            name = gang[1]
+            owners[group_label(key[0], name)] = gang[0]
+        out[key] = (message, name)
+    return out, owners
+
+
 def pending_gangs(
     pods: Iterable[Pod],
     *,
@@ -320,26 +375,37 @@ def pending_gangs(
     resource: str | None = None,
     statuses: Mapping[tuple[str, str], Mapping[str, Any] | None] | None = None,
     apis: Mapping[tuple[str, str], PodGroupApi] | None = None,
+    held: Mapping[tuple[str, str], tuple[str, str | None]] | None = None,
 ) -> list[Waiting]:
     """The groups (and pods of no PodGroup) with pods of `scheduler_name` not bound yet, with
     the PodGroupScheduled condition their status carries (from `statuses`, by PodGroup key).
     Pods naming a PodGroup of either API are grouped per API; `apis` (by PodGroup key) says
-    which API's PodGroup `statuses` holds, so pods naming the other API's get no status."""
+    which API's PodGroup `statuses` holds, so pods naming the other API's get no status.
+    `held` pods (`held_gangs`) wait WaitingForGang, under their automatic gang's name."""
     pending: dict[tuple[str, str, str], list[Pod]] = {}
     for pod in pods:
         if pod.scheduler_name != scheduler_name or pod.node_name or pod.terminal or pod.deleting:
             continue
-        api = pod.pod_group_api.value if pod.pod_group else ""
-        key = (pod.namespace, pod.pod_group or pod.name, api)
+        held_as = held.get(pod.key) if held else None
+        if held_as is not None:
+            key = (pod.namespace, held_as[1] or pod.name, _HELD)
+        else:
+            api = pod.pod_group_api.value if pod.pod_group else ""
+            key = (pod.namespace, pod.pod_group or pod.name, api)
         pending.setdefault(key, []).append(pod)
     out = []
     for key in sorted(pending):
-        ns, name, _ = key
+        ns, name, kind = key
         members = pending[key]
         first = members[0]
         reason, message = "", ""
-        if first.pod_group and (apis is None or apis.get((ns, name)) is first.pod_group_api):
-            reason, message = _condition((statuses or {}).get((ns, name)))
-        label = group_label(ns, name, first.pod_group_api)
+        if kind == _HELD:
+            assert held is not None
+            reason, message = Reason.WAITING_FOR_GANG.value, held[first.key][0]
+            label = group_label(ns, name)
+        else:
+            if first.pod_group and (apis is None or apis.get((ns, name)) is first.pod_group_api):
+                reason, message = _condition((statuses or {}).get((ns, name)))
+            label = group_label(ns, name, first.pod_group_api)
         out.append(Waiting(label, len(members), waiting_units(members, resource), reason, message))
     return out

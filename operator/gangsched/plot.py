@@ -3,7 +3,8 @@
 One panel per domain of the levels above the innermost (zone / block), one row per domain
 of the innermost level (rack), one cell per node, filled from the left by the gangs holding
 its GPUs (a colour per gang, grey for pods of no PodGroup, light for what is free). The
-legend names the gangs; the gangs still waiting are listed beside it.
+legend names the gangs (an automatic gang with its owner, `(Job/train)`); the gangs still
+waiting are listed beside it.
 
 matplotlib is an optional extra (`pip install 'gangsched[plot]'`), imported only here and
 only when a picture is asked for, with the non-interactive Agg backend.
@@ -16,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gangsched.occupancy import OTHER, NodeUse, Occupancy
+from gangsched.occupancy import OTHER, NodeUse, Occupancy, shown
 
 INSTALL_HINT = "pip install 'gangsched[plot]'"
 FREE_COLOUR = "#ececec"
@@ -106,7 +107,7 @@ def plot_occupancy(occ: Occupancy, path: Path, *, title: str | None = None) -> N
     fig.suptitle(f"{head}: {occ.used}/{occ.total} used", fontsize=12)
     held = occ.holders()
     ranked = [h for h, _ in sorted(held.items(), key=lambda kv: (-kv[1], kv[0]))]
-    handles = [Patch(facecolor=colour[h], label=f"{h} ({held[h]})") for h in ranked[:MAX_LEGEND]]
+    handles = [Patch(facecolor=colour[h], label=f"{shown(occ, h)} ({held[h]})") for h in ranked[:MAX_LEGEND]]
     handles.append(Patch(facecolor=FREE_COLOUR, edgecolor="#999999", label=f"free ({occ.total - occ.used})"))
     if any(n.unavailable for n in occ.nodes):
         handles.append(
@@ -145,7 +146,7 @@ def _waiting_text(occ: Occupancy) -> str:
     lines = ["not placed:"]
     for w in occ.waiting[:20]:
         why = f", {w.reason}" if w.reason else ""
-        lines.append(f"{w.name}")
+        lines.append(shown(occ, w.name))
         lines.append(f"  {w.pods} pods, {w.units} {occ.resource}{why}")
     if len(occ.waiting) > 20:
         lines.append(f"... {len(occ.waiting) - 20} more")

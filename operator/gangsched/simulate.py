@@ -9,6 +9,17 @@ Kubernetes' own (scheduling.k8s.io/v1alpha2, whose pods name it in
 spec.schedulingGroup.podGroupName). As in the operator, when both have a PodGroup of one
 namespace/name gangsched's is scheduled and the native one is left out (`Inputs.shadowed`,
 one warning line); its pods then wait alone.
+
+Automatic gangs (model/owners.py): the workloads of the table (Jobs, JobSets, PyTorchJobs,
+...) and the objects their chains pass through (a JobSet's Jobs, a LeaderWorkerSet's
+StatefulSets) are read as owners, and `model.owners.form_gangs` forms their gangs before the
+engine runs, as the operator does through its writes: PodGroups created (`Inputs.automatic`),
+pods labelled, and the pods that would wait held with why (`Inputs.held`, each a
+WaitingForGang decision of its own). Files written by hand may leave out UIDs: an object
+without metadata.uid gets one made of its group, kind, namespace and name, and a controller
+ownerReference without a uid (or naming an object that has none) is matched by the group and
+kind of its apiVersion, its name and the namespace of the object that holds it. Where both
+sides carry a uid, they must match, as in a cluster.
 """
 
 from __future__ import annotations
@@ -24,19 +35,24 @@ import yaml
 
 from gangsched.engine import CycleResult, DraObjects, schedule_cycle
 from gangsched.model import (
+    DEFAULT_SCHEDULER_NAME,
     GROUP,
+    Key,
     ModelError,
     Node,
+    OwnerRef,
     Pod,
     PodGroup,
     PodGroupApi,
     PriorityClasses,
+    Reason,
     parse_native_pod_group,
     parse_node,
     parse_pod,
     parse_pod_group,
     parse_priority_class,
 )
+from gangsched.model.common import NAMESPACE_DEFAULT
 from gangsched.model.dra import (
     DRA_GROUP,
     DeviceClass,
@@ -48,7 +64,9 @@ from gangsched.model.dra import (
     parse_resource_claim_template,
     parse_resource_slice,
 )
-from gangsched.occupancy import Occupancy, Waiting, build, group_label, waiting_units
+from gangsched.model.owners import Owner, chain_kind, form_gangs, owner_kind, parse_owner
+from gangsched.model.owners import Waiting as GangWait
+from gangsched.occupancy import Occupancy, Waiting, automatic_owners, build, group_label, waiting_units
 
 # The C loader is ~10x faster on big inputs; fall back when libyaml is absent.
 _YamlLoader: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -73,6 +91,34 @@ class Inputs:
     skipped: Counter[str] = field(default_factory=Counter)
     # Native PodGroups named like one of gangsched's (which is scheduled instead).
     shadowed: list[PodGroup] = field(default_factory=list)
+    # Workload owners and the links of their chains (model/owners.py).
+    owners: list[Owner] = field(default_factory=list)
+    # The PodGroups automatic gangs made (also in `pod_groups`), and the pods held out of the
+    # queue while theirs cannot form, with why.
+    automatic: list[PodGroup] = field(default_factory=list)
+    held: dict[Key, GangWait] = field(default_factory=dict)
+
+    def missing_owners(self) -> str | None:
+        """A warning naming the owners held pods wait for that the input does not hold (each
+        once), and how to add them; None when there is none."""
+        owners: dict[str, None] = {}
+        resources: dict[str, None] = {}
+        for (namespace, _), wait in sorted(self.held.items()):
+            ref = wait.missing
+            if ref is None:
+                continue
+            owners[f"{ref.kind} {namespace}/{ref.name}"] = None
+            group = ref.api_version.rpartition("/")[0]
+            kind = owner_kind(ref.api_version, ref.kind)
+            plural = kind.plural if kind is not None else f"{ref.kind.lower()}s"
+            resources[f"{plural}.{group}" if group else plural] = None
+        if not owners:
+            return None
+        return (
+            f"owners not in the input: {', '.join(owners)}; the pods under them wait for them, as "
+            f"gangsched waits for an owner it does not know yet: add them "
+            f"(kubectl get {','.join(resources)} -A -o yaml)"
+        )
 
     def dra(self) -> DraObjects | None:
         """The DRA objects, with one claim per pod and template entry as the resourceclaim
@@ -166,8 +212,77 @@ def _name_of(obj: Mapping[str, Any]) -> str:
     return str(name) if name else "?"
 
 
-def load(paths: Sequence[Path]) -> Inputs:
-    """Read every object; PriorityClasses are resolved before the objects that name them."""
+def _identity(api_version: Any, kind: Any, namespace: Any, name: Any) -> tuple[str, str, str, str]:
+    """An object as an ownerReference names it: group (not version), kind, namespace, name."""
+    return (str(api_version).rpartition("/")[0], str(kind), str(namespace or NAMESPACE_DEFAULT), str(name))
+
+
+def _made_uid(identity: tuple[str, str, str, str]) -> str:
+    group, kind, namespace, name = identity
+    return f"simulate:{group or 'core'}/{kind}/{namespace}/{name}"
+
+
+def _with_uids(raw: list[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapping[str, Any]]]:
+    """`raw` with the UIDs hand-written files leave out (module doc): an owner (or a pod an
+    ownerReference names) without metadata.uid gets a made one; a controller ownerReference
+    without a uid, or naming an object of the input that has none, gets that object's."""
+    uids: dict[tuple[str, str, str, str], str] = {}
+    without: set[tuple[str, str, str, str]] = set()
+    named: set[tuple[str, str, str, str]] = set()  # what controller ownerReferences name
+    for _, obj in raw:
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping):
+            continue
+        identity = _identity(obj.get("apiVersion"), obj.get("kind"), meta.get("namespace"), meta.get("name"))
+        uid = meta.get("uid")
+        if isinstance(uid, str) and uid:
+            uids.setdefault(identity, uid)
+        else:
+            without.add(identity)
+        for ref in _controller_refs(meta):
+            named.add(
+                _identity(ref.get("apiVersion"), ref.get("kind"), meta.get("namespace"), ref.get("name"))
+            )
+    out = []
+    for where, obj in raw:
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping):
+            out.append((where, obj))
+            continue
+        namespace = meta.get("namespace")
+        identity = _identity(obj.get("apiVersion"), obj.get("kind"), namespace, meta.get("name"))
+        changed: dict[str, Any] = {}
+        owner = chain_kind(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+        if identity in without and (owner or identity in named):
+            changed["uid"] = uids.setdefault(identity, _made_uid(identity))
+        refs = meta.get("ownerReferences")
+        if isinstance(refs, list) and _controller_refs(meta):
+            new_refs: list[Any] = []
+            for ref in refs:
+                if isinstance(ref, Mapping) and ref.get("controller") is True:
+                    target = _identity(ref.get("apiVersion"), ref.get("kind"), namespace, ref.get("name"))
+                    uid = ref.get("uid")
+                    if not (isinstance(uid, str) and uid) or target in without:
+                        ref = {**ref, "uid": uids.setdefault(target, _made_uid(target))}
+                new_refs.append(ref)
+            if new_refs != refs:
+                changed["ownerReferences"] = new_refs
+        out.append((where, {**obj, "metadata": {**meta, **changed}} if changed else obj))
+    return out
+
+
+def _controller_refs(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    refs = meta.get("ownerReferences")
+    return (
+        [r for r in refs if isinstance(r, Mapping) and r.get("controller") is True]
+        if isinstance(refs, list)
+        else []
+    )
+
+
+def load(paths: Sequence[Path], *, scheduler_name: str = DEFAULT_SCHEDULER_NAME) -> Inputs:
+    """Read every object; PriorityClasses are resolved before the objects that name them.
+    Then the automatic gangs of `scheduler_name`'s pods are formed (`form`)."""
     raw: list[tuple[str, Mapping[str, Any]]] = []
     priorities = PriorityClasses()
     inputs = Inputs()
@@ -183,6 +298,7 @@ def load(paths: Sequence[Path]) -> Inputs:
                         kind in ("Node", "Pod")
                         or (kind == "PodGroup" and _pod_group_api(obj) is not None)
                         or (kind in _DRA_KINDS and str(obj.get("apiVersion", "")).startswith(DRA_GROUP + "/"))
+                        or chain_kind(str(obj.get("apiVersion", "")), str(kind))
                     ):
                         raw.append((where, obj))
                     else:
@@ -193,10 +309,14 @@ def load(paths: Sequence[Path]) -> Inputs:
                 raise InputError(f"{where}: malformed object: {exc}") from None
     # The same object twice would silently double a node or a pod: say where the first one was.
     seen: dict[tuple[str, str, str], str] = {}
-    for where, obj in raw:
+    for where, obj in _with_uids(raw):
         kind = obj["kind"]
         try:
-            if kind == "Node":
+            if chain_kind(str(obj.get("apiVersion", "")), kind):
+                owner = parse_owner(obj)
+                key = (f"{owner.api_version} {kind}", owner.namespace, owner.name)
+                inputs.owners.append(owner)
+            elif kind == "Node":
                 node = parse_node(obj)
                 key = (kind, "", node.name)
                 inputs.nodes.append(node)
@@ -239,6 +359,20 @@ def load(paths: Sequence[Path]) -> Inputs:
     ours = {g.key for g in inputs.pod_groups if not g.is_native}
     inputs.shadowed = [g for g in inputs.pod_groups if g.is_native and g.key in ours]
     inputs.pod_groups = [g for g in inputs.pod_groups if not (g.is_native and g.key in ours)]
+    return form(inputs, scheduler_name=scheduler_name)
+
+
+def form(inputs: Inputs, *, scheduler_name: str = DEFAULT_SCHEDULER_NAME) -> Inputs:
+    """The automatic gangs of `inputs` formed as the operator forms them (`form_gangs`): members
+    labelled, PodGroups created (`automatic`), and the pods that would wait `held`. Inputs with
+    no pod of ours under a controller are left as they are."""
+    if not any(p.controller is not None and p.scheduler_name == scheduler_name for p in inputs.pods):
+        return inputs
+    formed = form_gangs(inputs.pods, inputs.owners, inputs.pod_groups, scheduler_name=scheduler_name)
+    inputs.pods = formed.pods
+    inputs.automatic = formed.created
+    inputs.pod_groups = [*inputs.pod_groups, *formed.created]
+    inputs.held = dict(formed.waiting)
     return inputs
 
 
@@ -249,12 +383,39 @@ def run(inputs: Inputs, *, scheduler_name: str) -> CycleResult:
         pod_groups=inputs.pod_groups,
         scheduler_name=scheduler_name,
         dra=inputs.dra(),
+        held_pods={key: wait.reason for key, wait in inputs.held.items()} or None,
     )
 
 
-def to_json(result: CycleResult) -> dict[str, Any]:
-    pods = [
-        {
+def _owner_json(ref: OwnerRef) -> dict[str, str]:
+    return {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name}
+
+
+def _held(result: CycleResult) -> dict[Key, str]:
+    """The pods held out of the queue while their automatic gang cannot form: the message of
+    each one's WaitingForGang decision."""
+    return {
+        d.key: d.message
+        for d in result.decisions
+        if not d.is_pod_group and d.reason is Reason.WAITING_FOR_GANG
+    }
+
+
+def _owners(inputs: Inputs | None) -> dict[Key, OwnerRef]:
+    """The owner of each PodGroup an automatic gang made (gangsched's, labelled managed-by)."""
+    if inputs is None:
+        return {}
+    return {g.key: g.controller for g in inputs.pod_groups if g.managed and g.controller is not None}
+
+
+def to_json(result: CycleResult, inputs: Inputs | None = None) -> dict[str, Any]:
+    """Pods, PodGroups and preemptions. Automatic gangs add, and only where they apply, a
+    PodGroup's "owner" (apiVersion, kind, name) and a held pod's "waitingForGang" (why)."""
+    held = _held(result)
+    owners = _owners(inputs)
+    pods = []
+    for pod, node, decision in sorted(result.pods, key=lambda row: row[0].key):
+        row: dict[str, Any] = {
             "namespace": pod.namespace,
             "name": pod.name,
             "podGroup": pod.pod_group,
@@ -270,19 +431,23 @@ def to_json(result: CycleResult) -> dict[str, Any]:
                 for d in (decision.devices.get(pod.key, []) if node else [])
             ],
         }
-        for pod, node, decision in sorted(result.pods, key=lambda row: row[0].key)
-    ]
-    groups = [
-        {
+        if pod.key in held:
+            row["waitingForGang"] = held[pod.key]
+        pods.append(row)
+    groups = []
+    for d in sorted(result.decisions, key=lambda d: d.key):
+        if not d.is_pod_group:
+            continue
+        group: dict[str, Any] = {
             "namespace": d.namespace,
             "name": d.name,
             "scheduled": d.scheduled,
             "reason": d.reason,
             "message": d.message,
         }
-        for d in sorted(result.decisions, key=lambda d: d.key)
-        if d.is_pod_group
-    ]
+        if d.key in owners:
+            group["owner"] = _owner_json(owners[d.key])
+        groups.append(group)
     preempted = sorted(
         (
             {"namespace": victim.namespace, "name": victim.name, "by": f"{d.namespace}/{d.name}"}
@@ -295,14 +460,27 @@ def to_json(result: CycleResult) -> dict[str, Any]:
     return {"pods": pods, "podGroups": groups, "preempted": preempted}
 
 
-def to_text(result: CycleResult) -> str:
+def to_text(result: CycleResult, inputs: Inputs | None = None) -> str:
+    """A table of PodGroups (with their owner when an automatic gang made one), one of pods,
+    why held pods wait for their gang, the preemptions, and a count."""
     lines = []
+    owners = _owners(inputs)
     groups = sorted((d for d in result.decisions if d.is_pod_group), key=lambda d: d.key)
     if groups:
         width = max(len(f"{d.namespace}/{d.name}") for d in groups)
-        lines.append(f"{'PODGROUP':<{width}}  {'REASON':<16}  MESSAGE")
-        for d in groups:
-            lines.append(f"{d.namespace + '/' + d.name:<{width}}  {d.reason:<16}  {d.message}")
+        owned = {d.key: f"{owners[d.key].kind}/{owners[d.key].name}" for d in groups if d.key in owners}
+        if owned:
+            owidth = max(5, *(len(o) for o in owned.values()))
+            lines.append(f"{'PODGROUP':<{width}}  {'OWNER':<{owidth}}  {'REASON':<16}  MESSAGE")
+            for d in groups:
+                name = d.namespace + "/" + d.name
+                lines.append(
+                    f"{name:<{width}}  {owned.get(d.key, '-'):<{owidth}}  {d.reason:<16}  {d.message}"
+                )
+        else:
+            lines.append(f"{'PODGROUP':<{width}}  {'REASON':<16}  MESSAGE")
+            for d in groups:
+                lines.append(f"{d.namespace + '/' + d.name:<{width}}  {d.reason:<16}  {d.message}")
         lines.append("")
     rows = sorted(result.pods, key=lambda row: row[0].key)
     if rows:
@@ -322,6 +500,13 @@ def to_text(result: CycleResult) -> str:
             lines.append(line)
     else:
         lines.append("no pending pods to place")
+    # Held pods, grouped by why (the pods of one workload wait for the same reason).
+    why: dict[str, list[str]] = {}
+    for (namespace, name), message in sorted(_held(result).items()):
+        why.setdefault(message, []).append(f"{namespace}/{name}")
+    for message, held in why.items():
+        verb = "waits for its gang" if len(held) == 1 else "wait for their gang"
+        lines.append(f"{', '.join(held)} {verb}: {message}")
     placed = sum(1 for _, node, _ in rows if node)
     preemptions = [d for d in result.decisions if d.preemption is not None]
     for d in preemptions:
@@ -329,7 +514,9 @@ def to_text(result: CycleResult) -> str:
         victims = ", ".join(f"{p.namespace}/{p.name}" for p in d.preemption.victims)
         lines.append(f"{d.namespace}/{d.name} would preempt: {victims}")
     lines.append("")
-    lines.append(f"{placed}/{len(rows)} pending pods placed; {len(groups)} pod groups")
+    automatic = sum(1 for d in groups if d.key in owners)
+    count = f"{len(groups)} pod groups" + (f" ({automatic} automatic)" if automatic else "")
+    lines.append(f"{placed}/{len(rows)} pending pods placed; {count}")
     return "\n".join(lines)
 
 
@@ -351,4 +538,11 @@ def occupancy(inputs: Inputs, result: CycleResult, *, levels: Sequence[str] | No
         for d in sorted(result.decisions, key=lambda d: d.key)
         if not d.scheduled
     ]
-    return build(inputs.nodes, inputs.pods, levels=levels, placed=placed, waiting=waiting)
+    return build(
+        inputs.nodes,
+        inputs.pods,
+        levels=levels,
+        placed=placed,
+        waiting=waiting,
+        owners=automatic_owners(inputs.pod_groups),
+    )

@@ -5,7 +5,6 @@ level), the rendering, and both commands end to end against a fake API."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,7 +22,6 @@ from gangsched.cluster.kinds import BUDGET, NATIVE_POD_GROUP, POD_GROUP
 from gangsched.cluster.read import FoundPodGroup
 from gangsched.engine.whatif import MIN_COUNT, PREFERRED, PRIORITY, RELAX_TOPOLOGY, Analysis, analyse
 from gangsched.model import Pod, PodGroupApi
-from gangsched.session import ApiError, Get
 from gangsched_testing.builders import (
     BLOCK,
     RACK,
@@ -40,6 +38,7 @@ from gangsched_testing.builders import (
     topology_node_manifests,
     topology_nodes,
 )
+from gangsched_testing.fakeapi import FakeApi, install
 
 NATIVE = "scheduling.k8s.io/v1alpha2"
 OURS = "scheduling.gangsched.io/v1alpha1"
@@ -168,104 +167,7 @@ def test_a_bound_native_gang_says_where_it_went() -> None:
     }
 
 
-# ----------------------------------------------------------------------------- a fake API
-
-
-def not_found() -> ApiError:
-    return ApiError(404, reason="Not Found")
-
-
-def _selected(item: Mapping[str, Any], query: Mapping[str, Any] | None) -> bool:
-    """The selectors `cluster.read` sends: label k=v, field status.phase=X / !=X."""
-    query = query or {}
-    labels = (item.get("metadata") or {}).get("labels") or {}
-    for term in filter(None, str(query.get("labelSelector") or "").split(",")):
-        key, _, value = term.partition("=")
-        if labels.get(key) != value:
-            return False
-    phase = (item.get("status") or {}).get("phase") or "Pending"
-    for term in filter(None, str(query.get("fieldSelector") or "").split(",")):
-        if term.startswith("status.phase!="):
-            if phase == term.split("=", 1)[1]:
-                return False
-        elif term.startswith("status.phase=") and phase != term.split("=", 1)[1]:
-            return False
-    return True
-
-
-class FakeApi:
-    """A `read.Cluster` serving lists and objects from manifests; scheduling.k8s.io/v1alpha2
-    only when `native`. Its GETs go through the real paginator and discovery (`session`)."""
-
-    def __init__(self, objects: Sequence[Manifest], *, native: bool = True) -> None:
-        self.native = native
-        self.objects = list(objects)
-        self.paths: list[str] = []
-        self.host = "https://fake"
-
-    def __enter__(self) -> FakeApi:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def run(self, use: Any) -> Any:
-        get: Get = self.get
-        return asyncio.run(use(get))
-
-    def _collection(self, path: str) -> tuple[str, str | None, str] | None:
-        """path -> (apiVersion, namespace or None, plural) for the collections served."""
-        parts = path.strip("/").split("/")
-        version = "v1" if parts[0] == "api" else "/".join(parts[1:3])
-        rest = parts[2:] if parts[0] == "api" else parts[3:]
-        namespace = None
-        if len(rest) >= 2 and rest[0] == "namespaces":
-            namespace, rest = rest[1], rest[2:]
-        if len(rest) != 1:
-            return None
-        return version, namespace, rest[0]
-
-    def _items(self, version: str, namespace: str | None, plural: str) -> list[Manifest]:
-        if version == NATIVE and not self.native:
-            raise not_found()
-        kinds = {"nodes": "Node", "pods": "Pod", "podgroups": "PodGroup"}
-        kind = kinds.get(plural)
-        out = []
-        for obj in self.objects:
-            if obj["kind"] != kind or (kind == "PodGroup" and obj["apiVersion"] != version):
-                continue
-            if namespace is not None and obj["metadata"].get("namespace") != namespace:
-                continue
-            out.append(obj)
-        return out
-
-    async def get(self, path: str, query: Mapping[str, str]) -> Any:
-        self.paths.append(path)
-        if path == f"/apis/{NATIVE}":
-            if not self.native:
-                raise not_found()
-            return {
-                "kind": "APIResourceList",
-                "resources": [{"name": "podgroups"}, {"name": "podgroups/status"}],
-            }
-        where = self._collection(path)
-        if where is not None:  # a LIST, in one page; its items carry no apiVersion
-            items = [{k: v for k, v in o.items() if k != "apiVersion"} for o in self._items(*where)]
-            selected = [i for i in items if _selected(i, query)]
-            return {"metadata": {"resourceVersion": "7"}, "items": selected}
-        head, _sep, name = path.rpartition("/")
-        where = self._collection(head)
-        if where is None:
-            raise not_found()
-        for obj in self._items(*where):
-            if obj["metadata"]["name"] == name:
-                return obj
-        raise not_found()
-
-
-def install(monkeypatch: pytest.MonkeyPatch, fake: FakeApi) -> FakeApi:
-    monkeypatch.setattr(read, "connect", lambda **_: fake)
-    return fake
+# ----------------------------------------------------------------- a fake API (gangsched_testing.fakeapi)
 
 
 def cluster_objects() -> list[Manifest]:

@@ -13,6 +13,11 @@ use as the operator does (gangsched's wins, the native one is `shadowed`).
 `find_pod_group` looks one PodGroup up by namespace/name: gangsched's CRD first, then
 Kubernetes' own `scheduling.k8s.io/v1alpha2` PodGroups. Each API is one `PodGroupSource`.
 
+`read_owners` adds the workload owners automatic gangs are made from (model/owners.py), as
+the operator's owner watches hold them: every table kind the API serves, and a
+LeaderWorkerSet's StatefulSets where LeaderWorkerSets are served (`explain` reads them only
+when a pending pod of ours has a controller).
+
 Requests go through the operator's one client, paginator and discovery (`session`), on a
 thread of their own (`Cluster`): these commands are synchronous. Every failure to connect or
 read is a `ClusterError` with a one-line message.
@@ -36,7 +41,10 @@ from gangsched.cluster.cache import ClusterCache
 from gangsched.cluster.kinds import (
     BUDGET,
     DEVICE_CLASSES,
+    LWS_STATEFULSET_SELECTOR,
+    LWS_STATEFULSETS,
     NATIVE_POD_GROUP,
+    OWNERS,
     POD_GROUP,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
@@ -52,8 +60,18 @@ from gangsched.model import (
     PodGroupApi,
     PriorityClasses,
 )
+from gangsched.model.owners import LEADERWORKERSET, OWNER_KINDS
 from gangsched.model.pod import pod_group_of
-from gangsched.session import ApiError, ApiSession, Get, Listing, SessionThread, list_all, serves
+from gangsched.session import (
+    ApiError,
+    ApiSession,
+    Get,
+    Listing,
+    SessionThread,
+    discovery_path,
+    list_all,
+    serves,
+)
 
 T = TypeVar("T")
 
@@ -227,6 +245,60 @@ def read_cluster(cluster: Cluster, *, dra: bool = True, native: bool | None = No
                 kind, _list(cluster, f"/apis/{DRA_GROUP_VERSION}/{kind}", what=f"list {kind}", optional=True)
             )
     return cache
+
+
+def _resources(cluster: Cluster, group_version: str) -> set[str]:
+    """The resources (plural names) `group_version` serves: one discovery GET; nothing when the
+    group/version is not served (404) or not ours to discover (403)."""
+    found = _ask(
+        cluster,
+        lambda get: get(discovery_path(group_version), {}),
+        what=f"discover {group_version}",
+        missing=None,
+        optional=True,
+    )
+    listed = (found or {}).get("resources") or []
+    return {str(r.get("name")) for r in listed if isinstance(r, Mapping)}
+
+
+def _list_or_none(cluster: Cluster, path: str, query: Mapping[str, str], *, what: str) -> Listing | None:
+    """`_list`, but None (not an empty list) when the API says 403 or 404."""
+
+    def use(get: Get) -> Awaitable[Listing]:
+        return list_all(get, path, query)
+
+    result: Listing | None = _ask(cluster, use, what=what, missing=None, optional=True)
+    return result
+
+
+def read_owners(
+    cluster: Cluster, cache: ClusterCache, served: dict[str, set[str]] | None = None
+) -> list[str]:
+    """Add the workload owners the API serves to `cache` (module doc), each kind as of its
+    LIST. Returns the collections served that could not be listed (403: the user may not), in
+    whose chains pods then look as if they waited for their owner. `served` (group version ->
+    resources) is the discovery, kept across calls by a caller that reads again and again."""
+    not_listed: list[str] = []
+    served = {} if served is None else served
+    for kind in OWNER_KINDS:
+        if kind.api_version not in served:
+            served[kind.api_version] = _resources(cluster, kind.api_version)
+        if kind.plural not in served[kind.api_version]:
+            continue
+        prefix = "/apis" if "/" in kind.api_version else "/api"
+        collections: list[tuple[str, str, dict[str, str]]] = [
+            (OWNERS[kind].name, f"{prefix}/{kind.api_version}/{kind.plural}", {})
+        ]
+        if kind is LEADERWORKERSET:
+            selector = {"labelSelector": LWS_STATEFULSET_SELECTOR}
+            collections.append((LWS_STATEFULSETS.name, "/apis/apps/v1/statefulsets", selector))
+        for name, path, query in collections:
+            listed = _list_or_none(cluster, path, query, what=f"list {name}")
+            if listed is None:
+                not_listed.append(name)
+            else:
+                cache.replace(name, listed.items, listed.resource_version)
+    return not_listed
 
 
 def _names_group(item: Mapping[str, Any], name: str, group_api: PodGroupApi) -> bool:

@@ -142,6 +142,7 @@ def schedule_cycle(
     budgets: Sequence[DisruptionBudget] = (),
     before_place: BeforePlace | None = None,
     device_caches: DeviceCaches | None = None,
+    held_pods: Mapping[Key, str] | None = None,
 ) -> CycleResult:
     """Group the pending pods of `scheduler_name`, then place every group in queue order.
 
@@ -151,11 +152,17 @@ def schedule_cycle(
     `reservations` are those the loop holds from earlier cycles. `dra` are the DRA objects
     (classes, slices, claims); without any, pods with claims wait. `device_caches` are the
     caller's, kept across its cycles (the operator passes the same one every cycle); without
-    them this call starts from none.
+    them this call starts from none. `held_pods` (without `queue`) are pods whose automatic gang
+    is not formed yet, with why: each waits alone, never placed (`build_queue`'s `held`, what the
+    loop's `loop.gangs` holds).
     """
     if queue is None:
         queue = build_queue(
-            pods, pod_groups, scheduler_name=scheduler_name, waiting_seconds=waiting_seconds or {}
+            pods,
+            pod_groups,
+            scheduler_name=scheduler_name,
+            waiting_seconds=waiting_seconds or {},
+            held=held_pods,
         )
     if dra is not None and not dra.empty:
         given = pods

@@ -130,8 +130,10 @@ def analyse(
     dra: DraObjects | None = None,
     budgets: Sequence[DisruptionBudget] = (),
     domains: int = 5,
+    held_pods: Mapping[Key, str] | None = None,
 ) -> Analysis:
-    """Run one cycle as the loop does and explain `target` (a PodGroup's namespace/name)."""
+    """Run one cycle as the loop does and explain `target` (a PodGroup's namespace/name).
+    `held_pods`: the pods the loop holds out of the queue while their automatic gang forms."""
     turns: list[_Turn] = []
 
     def before_place(
@@ -160,6 +162,7 @@ def analyse(
         dra=dra,
         budgets=budgets,
         before_place=before_place,
+        held_pods=held_pods,
     )
     group = next((g for g in pod_groups if g.key == target), None)
     # Its members as the cycle counts them: pods naming it through its own API (a pod naming

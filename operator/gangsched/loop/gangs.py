@@ -41,6 +41,7 @@ from gangsched.model.owners import (
     JoinPodGroup,
     Waiting,
     formation,
+    hold_reason,
     pod_group_manifest,
     replacement,
 )
@@ -143,17 +144,13 @@ class GangFormation:
                 )
                 continue
             failed = self._failed.get(gang.key if isinstance(step, CreatePodGroup) else pod.key)
+            held[pod.key] = hold_reason(step)
             if isinstance(step, CreatePodGroup):
-                held[pod.key] = (
-                    f"forming its gang: creating PodGroup {gang.namespace}/{gang.name} "
-                    f"(minCount {gang.min_count}) for {_owner(gang)}"
-                )
                 if gang.key not in self._creating and (failed is None or failed.until <= now):
                     self._creating.add(gang.key)
                     self.tasks.spawn(self._create(gang), name=f"create PodGroup {gang.namespace}/{gang.name}")
             else:
                 assert isinstance(step, JoinPodGroup)
-                held[pod.key] = f"joining its gang, PodGroup {gang.namespace}/{gang.name} of {_owner(gang)}"
                 if pod.key not in self._labelling and (failed is None or failed.until <= now):
                     self._labelling.add(pod.key)
                     joining.setdefault(gang.key, (gang, []))[1].append(pod)
@@ -309,4 +306,4 @@ class GangFormation:
 
 
 def _owner(gang: AutomaticGang) -> str:
-    return f"{gang.owner.kind} {gang.namespace}/{gang.owner.name}"
+    return gang.describe_owner()

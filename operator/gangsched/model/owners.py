@@ -144,6 +144,15 @@ def owner_kind(api_version: str, kind: str) -> OwnerKind | None:
     return _BY_TYPE.get((api_version, kind))
 
 
+def chain_kind(api_version: str, kind: str) -> bool:
+    """Is an object of these coordinates a link a controller chain may follow on its way to a
+    table kind, read as an `Owner` (`parse_owner`)? The table kinds, and a LeaderWorkerSet's
+    StatefulSets (pods are links too, read as pods)."""
+    return (api_version, kind) in _BY_TYPE or (
+        (api_version, kind) in _PASS_THROUGH and (api_version, kind) != ("v1", "Pod")
+    )
+
+
 # ------------------------------------------------------------------- the owners' counts
 
 
@@ -575,6 +584,10 @@ class AutomaticGang:
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
 
+    def describe_owner(self) -> str:
+        """``Job ml/train``: the top owner, as messages name it."""
+        return f"{self.owner.kind} {self.namespace}/{self.owner.name}"
+
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
@@ -587,6 +600,8 @@ class Waiting:
     # Why the owner is warned: an invalid annotation, or a PodGroup of the gang's name that
     # gangsched did not create (EventReason values).
     problem: str = ""
+    # The link of the chain the lookup does not hold, when that is why the pod waits.
+    missing: OwnerRef | None = None
 
 
 def pod_group_name(kind: str, owner_name: str, group_index: str | None = None) -> str:
@@ -619,7 +634,8 @@ def _chain_top(pod: Pod, lookup: OwnerLookup) -> Owner | Waiting | None:
         owner = lookup.get(ref.uid)
         if owner is None:
             return Waiting(
-                f"waiting for its owner {ref.kind} {pod.namespace}/{ref.name} (controller of {where})"
+                f"waiting for its owner {ref.kind} {pod.namespace}/{ref.name} (controller of {where})",
+                missing=ref,
             )
         if owner.table_kind is not None:
             top = owner
@@ -775,6 +791,61 @@ def formation(
     return JoinPodGroup(gang)
 
 
+def hold_reason(step: Formation) -> str:
+    """Why a pod whose automatic gang is not formed yet waits (the message of its
+    `Reason.WAITING_FOR_GANG`): the operator's, `explain`'s and `simulate`'s words alike."""
+    if isinstance(step, Waiting):
+        return step.reason
+    gang = step.gang
+    if isinstance(step, CreatePodGroup):
+        return (
+            f"forming its gang: creating PodGroup {gang.namespace}/{gang.name} "
+            f"(minCount {gang.min_count}) for {gang.describe_owner()}"
+        )
+    return f"joining its gang, PodGroup {gang.namespace}/{gang.name} of {gang.describe_owner()}"
+
+
+def pending(pod: Pod) -> bool:
+    """A pod an automatic gang may still take: not bound, not finished, not being deleted. A
+    pod bound unlabelled (by anyone) stays as it is: gangsched labels only pods it will place."""
+    return not pod.node_name and not pod.terminal and not pod.deleting
+
+
+def held_pods(
+    pods: Iterable[Pod],
+    owners: OwnerLookup,
+    existing: Callable[[tuple[str, str]], PodGroup | None],
+    *,
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+) -> dict[tuple[str, str], Formation]:
+    """The pending pods whose automatic gang is not formed (yet), each with its next step
+    (`formation`): the pods the loop holds out of the queue, as a look at the cluster sees
+    them (`gangsched explain`; the loop adds what only it knows: writes in flight, failures)."""
+    out: dict[tuple[str, str], Formation] = {}
+    for pod in pods:
+        if not pending(pod):
+            continue
+        step = formation(pod, owners, existing, scheduler_name=scheduler_name)
+        if step is not None:
+            out[pod.key] = step
+    return out
+
+
+def automatic_name(pod: Pod, owners: OwnerLookup) -> tuple[Owner, str] | None:
+    """The top owner of `pod`'s controller chain and the name of the PodGroup its automatic
+    gang has (or will have), whatever its annotations say; None when the chain reaches no
+    table kind, or is not known far enough (a LeaderWorkerSet pod without its group index)."""
+    top = _chain_top(pod, owners)
+    if not isinstance(top, Owner):
+        return None
+    group_index = None
+    if top.table_kind is LEADERWORKERSET:
+        group_index = pod.labels.get(LWS_GROUP_INDEX_LABEL)
+        if group_index is None or not _COUNT.fullmatch(group_index):
+            return None
+    return top, pod_group_name(top.kind, top.name, group_index)
+
+
 def replacement(group: PodGroup, owners: OwnerLookup, members: Sequence[Pod]) -> AutomaticGang | None:
     """Lifecycle of a PodGroup gangsched created: the gang its owner makes now, when that is
     another spec (a Job whose parallelism changed, an annotation changed) and none of its
@@ -821,13 +892,17 @@ def form_gangs(
 ) -> FormedGangs:
     """Every automatic gang of `pods` formed at once, in memory: what the operator reaches
     through its writes (PodGroups created, pods labelled), for `simulate`. Same rules,
-    `formation`, step by step until nothing changes."""
+    `formation`, for the same pods as the loop (`pending` ones), step by step until nothing
+    changes."""
     lookup = OwnerIndex([*owners, *(pod_as_owner(p) for p in pods)])
     groups = {g.key: g for g in pod_groups if g.api is PodGroupApi.GANGSCHED}
     created: list[PodGroup] = []
     waiting: dict[tuple[str, str], Waiting] = {}
     out: list[Pod] = []
     for pod in pods:
+        if not pending(pod):  # as the loop: a pod bound unlabelled stays so
+            out.append(pod)
+            continue
         step = formation(pod, lookup, groups.get, scheduler_name=scheduler_name)
         if isinstance(step, CreatePodGroup):
             group = parse_pod_group(pod_group_manifest(step.gang))
