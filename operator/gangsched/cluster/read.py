@@ -68,8 +68,8 @@ from gangsched.session import (
     Get,
     Listing,
     SessionThread,
-    discovery_path,
     list_all,
+    served_resources,
     serves,
 )
 
@@ -248,17 +248,16 @@ def read_cluster(cluster: Cluster, *, dra: bool = True, native: bool | None = No
 
 
 def _resources(cluster: Cluster, group_version: str) -> set[str]:
-    """The resources (plural names) `group_version` serves: one discovery GET; nothing when the
-    group/version is not served (404) or not ours to discover (403)."""
-    found = _ask(
+    """`session.served_resources`: nothing when the group/version is not served (404) or not
+    ours to discover (403)."""
+    found: set[str] = _ask(
         cluster,
-        lambda get: get(discovery_path(group_version), {}),
+        lambda get: served_resources(get, group_version),
         what=f"discover {group_version}",
-        missing=None,
+        missing=set(),
         optional=True,
     )
-    listed = (found or {}).get("resources") or []
-    return {str(r.get("name")) for r in listed if isinstance(r, Mapping)}
+    return found
 
 
 def _list_or_none(cluster: Cluster, path: str, query: Mapping[str, str], *, what: str) -> Listing | None:
