@@ -25,7 +25,7 @@ from operator_support import Operator, wait_until
 
 from gangsched import cli
 from gangsched.model import GROUP, MANAGED_BY_LABEL, MIN_COUNT_ANNOTATION, PLURAL, POD_GROUP_LABEL, VERSION
-from gangsched_testing import devcluster, fakenodes
+from gangsched_testing import devcluster, fakenodes, ownercrds
 from gangsched_testing.owners import gpu_job, submitted
 from gangsched_testing.rawapi import request_json
 
@@ -197,3 +197,23 @@ def test_a_job_whose_gang_cannot_form_is_explained_and_listed_by_top(
     for pod in pods_of(admin_api, namespace, "typo"):
         assert not pod["spec"].get("nodeName")
         assert POD_GROUP_LABEL not in pod["metadata"].get("labels", {})
+
+
+def test_the_pytorchjob_example_is_valid_for_the_published_crd(
+    admin_api: client.ApiClient, namespace: str, owner_crds: list[ownercrds.PinnedCrd]
+) -> None:
+    """examples/pytorchjob.yaml against training-operator's published CRD (pinned), strictly:
+    a field the schema does not know is refused, not pruned."""
+    (body,) = [d for d in yaml.safe_load_all((ROOT / "examples" / "pytorchjob.yaml").read_text()) if d]
+    body = {**body, "metadata": {**body["metadata"], "namespace": namespace}}
+    crd = ownercrds.by_kind("PyTorchJob")
+    created = request_json(
+        admin_api,
+        "POST",
+        ownercrds.resource_path(crd, namespace),
+        body=body,
+        query={"dryRun": "All", "fieldValidation": "Strict"},
+    )
+    specs = created["spec"]["pytorchReplicaSpecs"]
+    assert {role: spec["replicas"] for role, spec in specs.items()} == {"Master": 1, "Worker": 3}
+    assert all(s["template"]["spec"]["schedulerName"] == "gangsched" for s in specs.values())
