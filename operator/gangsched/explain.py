@@ -430,7 +430,7 @@ def _group_json(report: Report) -> dict[str, Any]:
         for node in decision.assignments.values():
             nodes[node] = nodes.get(node, 0) + 1
         would = {"domain": decision.domain, "nodes": dict(sorted(nodes.items()))}
-    return {
+    out: dict[str, Any] = {
         "podGroup": {"apiVersion": report.found.api_version, "namespace": a.key[0], "name": a.key[1]},
         "nameClash": None
         if report.name_clash is None
@@ -451,11 +451,17 @@ def _group_json(report: Report) -> dict[str, Any]:
         "changes": [_change_json(c) for c in a.changes],
         "placement": [{"domain": d, "nodes": per} for d, per in placement(report).items()],
         "wouldPlace": would,
-        "owner": _owner_json(report.owner),
-        "heldPods": [_held_json(h) for h in report.held],
-        "pod": report.via_pod,
-        "ownersNotListed": report.not_listed,
     }
+    # Only where they apply: the keys of any other PodGroup's answer stay exactly as they were.
+    if report.owner is not None:
+        out["owner"] = _owner_json(report.owner)
+    if report.held:
+        out["heldPods"] = [_held_json(h) for h in report.held]
+    if report.via_pod:
+        out["pod"] = report.via_pod
+    if report.not_listed:
+        out["ownersNotListed"] = report.not_listed
+    return out
 
 
 def _owner_json(ref: OwnerRef | None) -> dict[str, str] | None:
