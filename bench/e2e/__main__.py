@@ -3,9 +3,13 @@
 A third contestant, `bare` (hack/bare-binder, `make bare-binder`), binds every pod round-robin
 without scheduling: the apiserver's limit, against which the table puts gangsched's pods/s.
 
+`--workload jobs` runs gangsched alone, fed the gangs of the default workload as PodGroups
+(contestant `podgroups`) and as Indexed batch/v1 Jobs that the Job controller turns into
+pods (contestant `jobs`: automatic gangs, issue 24).
+
 Writes <out>/results-<stem>.json, <out>/table-<stem>.md and <out>/bound-<stem>.png, and
-prints the table; <stem> is N<nodes>, or dra-N<nodes> / preemption-N<nodes> with `--workload
-dra` / `--workload preemption`. See
+prints the table; <stem> is N<nodes>, or dra-N<nodes> / preemption-N<nodes> / jobs-N<nodes>
+with `--workload dra` / `--workload preemption` / `--workload jobs`. See
 docs/benchmarks.md for the method and the numbers.
 """
 
@@ -16,15 +20,15 @@ import importlib.util
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from gangsched_testing import devcluster
 
 from . import metrics, report
 from .harness import Bench, Options, bare_binder_binary
-from .workload import Flavour, Topology, Workload, generate, generate_preemption, node_domains
+from .workload import Feed, Flavour, Topology, Workload, generate, generate_preemption, node_domains
 
 CONTESTANTS: dict[str, Flavour] = {
     "gangsched": "gangsched",
@@ -42,12 +46,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
         "--workload",
-        choices=("gpu", "dra", "preemption"),
+        choices=("gpu", "dra", "preemption", "jobs"),
         default="gpu",
         help="gpu: nvidia.com/gpu extended resources; dra: GPUs as fake-driver devices, a one-GPU "
         "ResourceClaimTemplate per GPU pod (needs kube-controller-manager); preemption: low-priority "
         "gangs fill the cluster, then high-priority gangs arrive that can only run by preempting "
-        "(kube-scheduler with WorkloadAwarePreemption; try --nodes 200)",
+        "(kube-scheduler with WorkloadAwarePreemption; try --nodes 200); jobs: the gpu workload's gangs "
+        "as Indexed batch/v1 Jobs, gangsched only, against the same gangs as PodGroups "
+        "(contestants podgroups and jobs; needs kube-controller-manager)",
     )
     p.add_argument(
         "--high-share",
@@ -63,10 +69,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--contestants",
-        default="gangsched,native",
+        default=None,
         help="comma-separated, run in this order: gangsched, native (or kube-scheduler), bare (the "
         "round-robin binder of hack/bare-binder: no scheduling, the apiserver's limit; not with "
-        "--workload preemption). Default: gangsched,native",
+        "--workload preemption). Default: gangsched,native. With --workload jobs: podgroups, jobs "
+        "(gangsched fed PodGroups, or Jobs); default podgroups,jobs",
+    )
+    p.add_argument(
+        "--concurrent-job-syncs",
+        type=int,
+        default=None,
+        help="kube-controller-manager --concurrent-job-syncs (its default: 5)",
     )
     p.add_argument("--repeat", type=int, default=1, help="runs per contestant; the order alternates")
     p.add_argument(
@@ -102,10 +115,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+JOBS_CONTESTANTS: Final[tuple[Feed, ...]] = ("podgroups", "jobs", "labelled-jobs")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.workload == "jobs":
+        return jobs_main(args)
     contestants: list[Flavour] = []
-    for name in args.contestants.split(","):
+    for name in (args.contestants or "gangsched,native").split(","):
         flavour = CONTESTANTS.get(name.strip())
         if flavour is None:
             print(f"unknown contestant {name!r} (gangsched, native or kube-scheduler, bare)", file=sys.stderr)
@@ -124,31 +142,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("matplotlib is missing: pip install -e '.[bench]', or pass --no-plot", file=sys.stderr)
         return 2
     topology = Topology(nodes=args.nodes, rack_size=args.rack_size, racks_per_block=args.racks_per_block)
+    log = _log
+    options = _options(args)
     if args.workload == "preemption":
         workload = generate_preemption(topology, seed=args.seed, high_share=args.high_share)
     else:
         workload = generate(
             topology, seed=args.seed, oversubscription=args.oversubscription, kind=args.workload
         )
-
-    def log(message: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-    options = Options(
-        concurrency=args.concurrency,
-        qps=args.qps,
-        burst=args.burst,
-        load_workers=args.load_workers,
-        quiet=args.quiet,
-        timeout=args.timeout,
-        gap=args.gap,
-        profile_dir=args.profile,
-        profile_seconds=args.profile_seconds,
-        agent=args.agent,
-        oracle=not args.no_oracle,
-        interval=args.interval,
-        log=log,
-    )
     stem = f"{'' if workload.kind == 'gpu' else workload.kind + '-'}N{args.nodes}"
     if workload.kind == "preemption":
         return preemption_main(args, workload, options, contestants, stem, log)
@@ -183,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     domains = node_domains(topology, pool=options.pool)
     recordings: dict[str, metrics.Recording] = {}  # the first run of each, for the plot
     every: list[metrics.Recording] = []
-    with devcluster.ControlPlane() as cp, Bench(cp, workload, options, args.out) as bench:
+    with _control_plane(args) as cp, Bench(cp, workload, options, args.out) as bench:
         for i in range(args.repeat):
             order = contestants if i % 2 == 0 else contestants[::-1]
             for flavour in order:
@@ -232,6 +233,112 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _options(args: argparse.Namespace) -> Options:
+    return Options(
+        concurrency=args.concurrency,
+        qps=args.qps,
+        burst=args.burst,
+        load_workers=args.load_workers,
+        quiet=args.quiet,
+        timeout=args.timeout,
+        gap=args.gap,
+        profile_dir=args.profile,
+        profile_seconds=args.profile_seconds,
+        agent=args.agent,
+        oracle=not args.no_oracle,
+        interval=args.interval,
+        log=_log,
+    )
+
+
+def _control_plane(args: argparse.Namespace) -> devcluster.ControlPlane:
+    extra = (
+        [] if args.concurrent_job_syncs is None else [f"--concurrent-job-syncs={args.concurrent_job_syncs}"]
+    )
+    return devcluster.ControlPlane(extra_controller_manager_args=extra)
+
+
+def jobs_main(args: argparse.Namespace) -> int:
+    """`--workload jobs`: gangsched fed the gpu workload's gangs as PodGroups (`podgroups`) and
+    as Jobs (`jobs`), alternating; its own table (`report.jobs_table`)."""
+    names: list[Feed] = []
+    for name in (args.contestants or "podgroups,jobs").split(","):
+        feed = next((f for f in JOBS_CONTESTANTS if f == name.strip()), None)
+        if feed is None:
+            print(
+                f"--workload jobs: unknown contestant {name.strip()!r} (podgroups: gangsched fed "
+                "PodGroups; jobs: gangsched fed Jobs, automatic gangs; labelled-jobs: Jobs whose "
+                "pods name a PodGroup created first; kube-scheduler would need WorkloadWithJob, the "
+                "bare binder schedules nothing)",
+                file=sys.stderr,
+            )
+            return 2
+        names.append(feed)
+    if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
+        print("matplotlib is missing: pip install -e '.[bench]', or pass --no-plot", file=sys.stderr)
+        return 2
+    topology = Topology(nodes=args.nodes, rack_size=args.rack_size, racks_per_block=args.racks_per_block)
+    workload = generate(topology, seed=args.seed, oversubscription=args.oversubscription, kind="jobs")
+    options = _options(args)
+    stem = f"jobs-N{args.nodes}"
+    saved = args.out / f"recordings-{stem}.json"
+    domains = node_domains(topology, pool=options.pool)
+    figures: dict[str, list[metrics.Figures]] = {}
+    first: dict[str, metrics.Recording] = {}
+    if args.retable or args.replot:
+        for data in json.loads(saved.read_text()):
+            rec = metrics.recording_from_json(data)
+            first.setdefault(rec.contestant, rec)
+            figures.setdefault(rec.contestant, []).append(
+                metrics.compute(rec, workload, domains, gap=args.gap)
+            )
+        machine = json.loads((args.out / f"results-{stem}.json").read_text())["machine"]
+    else:
+        _log(report.workload_line(workload))
+        every: list[metrics.Recording] = []
+        with _control_plane(args) as cp, Bench(cp, workload, options, args.out) as bench:
+            for i in range(args.repeat):
+                for name in names if i % 2 == 0 else names[::-1]:
+                    rec = bench.run("gangsched", tag=str(i) if args.repeat > 1 else "", feed=name)
+                    fig = metrics.compute(rec, workload, domains, gap=args.gap)
+                    figures.setdefault(name, []).append(fig)
+                    first.setdefault(name, rec)
+                    every.append(rec)
+                    _log(
+                        f"{name}: {fig.pods_bound}/{workload.pods} pods ({fig.pods_created} created in "
+                        f"{fig.created_span_s:.1f}s), {fig.gangs_placed}/{fig.gangs} gangs, "
+                        f"{fig.pods_per_second:.0f} pods/s, p50 {fig.gang_latency_p50:.2f}s, "
+                        f"p90 {fig.gang_latency_p90:.2f}s, p99 {fig.gang_latency_p99:.2f}s "
+                        f"(from submission p50 {fig.submit_latency_p50:.2f}s), partial {fig.partial_gangs}, "
+                        f"CPU {fig.cpu_seconds:.1f}s; requests {_top(fig.api_requests)}"
+                    )
+        saved.write_text(json.dumps([metrics.recording_to_json(r) for r in every]))
+        machine = report.machine()
+        result: dict[str, Any] = {
+            "workload": workload.summary(),
+            "topology": workload.topology.describe(),
+            "seed": args.seed,
+            "machine": machine,
+            "options": {k: str(v) for k, v in vars(args).items()},
+            "runs": {name: [f.as_dict() for f in runs] for name, runs in figures.items()},
+        }
+        (args.out / f"results-{stem}.json").write_text(json.dumps(result, indent=2, default=str))
+    if not args.no_plot and not args.retable:
+        report.plot(list(first.values()), workload, args.out / f"bound-{stem}.png")
+    text = f"{report.workload_line(workload)}\n\nMachine: {machine}\n\n{report.jobs_table(figures)}\n"
+    (args.out / f"table-{stem}.md").write_text(text)
+    print(text)
+    return 0
+
+
+def _top(requests: Mapping[str, float], n: int = 8) -> str:
+    return ", ".join(f"{key} {count:.0f}" for key, count in list(requests.items())[:n])
+
+
 def preemption_main(
     args: argparse.Namespace,
     workload: Workload,
@@ -257,7 +364,7 @@ def preemption_main(
     else:
         log(report.workload_line(workload))
         every: list[metrics.Recording] = []
-        with devcluster.ControlPlane() as cp, Bench(cp, workload, options, args.out) as bench:
+        with _control_plane(args) as cp, Bench(cp, workload, options, args.out) as bench:
             for i in range(args.repeat):
                 for flavour in contestants if i % 2 == 0 else contestants[::-1]:
                     rec = bench.run(flavour, tag=str(i) if args.repeat > 1 else "")

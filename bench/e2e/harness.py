@@ -70,6 +70,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gangsched.model import POD_GROUP_LABEL
 from gangsched_testing import devcluster, dra, fakedra, fakenodes
 from gangsched_testing.rawapi import request_json
 
@@ -77,18 +78,25 @@ from . import oracle
 from .metrics import CpuSample, PodEvent, Recording, recording_to_json
 from .workload import (
     GANGSCHED_API,
+    JOBS_API,
     NATIVE_API,
+    OWNER_UID,
     POOL_LABEL,
     SCHEDULER_NAMES,
+    Feed,
     Flavour,
     Gang,
+    JobSubmission,
     Workload,
     claim_template,
     group_manifest,
+    job_pod_names,
+    job_submission,
     node_devices,
     node_set,
     pod_manifest,
     priority_class_manifests,
+    workload_pod_name,
 )
 
 NATIVE_GATES: Final = ("GenericWorkload", "GangScheduling", "TopologyAwareWorkloadScheduling")
@@ -265,6 +273,9 @@ class _ObserverArgs:
     endpoint: Endpoint
     namespace: str
     prefix: str = HIGH_PREFIX
+    # The jobs workload: `<Job>-<index>` -> the workload's pod name (`workload.job_pod_names`),
+    # so that events name the pods as the workload does.
+    names: Mapping[str, str] | None = None
 
 
 def _observe(
@@ -273,17 +284,25 @@ def _observe(
     bound: Synchronized,  # type: ignore[type-arg]
     marked: Synchronized,  # type: ignore[type-arg]
     last_bind: Synchronized,  # type: ignore[type-arg]
+    last_seen: Synchronized,  # type: ignore[type-arg]
     ready: EventType,
     stop: EventType,
 ) -> None:
-    """Watch the namespace's pods; send [(t, pod, kind, node)] through `conn` when told to stop."""
+    """Watch the namespace's pods; send ([(t, pod, kind, node)], {pod: first seen}, failures)
+    through `conn` when told to stop."""
     pool = args.endpoint.pool(2)
     path = f"/api/v1/namespaces/{args.namespace}/pods"
     listing = json.loads(pool.request("GET", path, headers=_JSON).data)
     rv = listing["metadata"]["resourceVersion"]
     records: list[tuple[float, str, str, str]] = []
     seen: set[str] = set()
+    first_seen: dict[str, float] = {}
+    labelled: dict[str, float] = {}
     failure: list[str] = []
+    names = args.names
+
+    def rename(name: str) -> str:
+        return name if names is None else workload_pod_name(name, names)
 
     def watch() -> None:
         nonlocal rv
@@ -303,18 +322,28 @@ def _observe(
             ready.set()
             for line in response:
                 now = time.monotonic()
-                # Unbound pods are most events and carry nothing we need: skip parsing them.
-                if b'"nodeName"' not in line and not line.startswith(b'{"type":"DELETED"'):
+                # Unbound pods are most events and carry nothing we need but their creation:
+                # skip parsing the others.
+                if (
+                    b'"nodeName"' not in line
+                    and not line.startswith(_WATCH_KEPT)
+                    and (names is None or _LABEL not in line)
+                ):
                     continue
                 event = json.loads(line)
                 obj = event.get("object") or {}
                 meta = obj.get("metadata") or {}
                 rv = meta.get("resourceVersion", rv)
-                name = meta.get("name", "")
+                name = rename(meta.get("name", ""))
                 kind = event.get("type")
                 if kind == "ERROR":
                     failure.append(f"watch: {obj.get('message')}")
                     return
+                if name not in first_seen:
+                    first_seen[name] = now
+                    last_seen.value = now
+                if name not in labelled and POD_GROUP_LABEL in (meta.get("labels") or {}):
+                    labelled[name] = now
                 if kind == "DELETED":
                     records.append((now, name, "deleted", ""))
                     continue
@@ -340,33 +369,45 @@ def _observe(
     thread = threading.Thread(target=guarded_watch, daemon=True)
     thread.start()
     stop.wait()
-    conn.send((records, failure))
+    conn.send((records, first_seen, labelled, failure))
     conn.close()
+
+
+# The watch lines the observer parses besides those of bound pods: a pod's first (ADDED, when
+# it is first seen: its creation) and its deletion.
+_WATCH_KEPT: Final = (b'{"type":"ADDED"', b'{"type":"DELETED"')
+# ... and, with Job pods, those with gangsched's pod-group label: when each was labelled.
+_LABEL: Final = f'"{POD_GROUP_LABEL}"'.encode()
 
 
 class Observer:
     """The pod watch in a child process; `stop()` returns what it saw.
 
     `bound` counts pods first seen bound; `marked` those of them named with `HIGH_PREFIX`
-    (the preemption workload's high gangs, whose bindings end its run).
+    (the preemption workload's high gangs, whose bindings end its run); `last_bind` and
+    `last_seen` are when a pod was last first seen bound, and first seen at all. `names`
+    renames Job pods (`_ObserverArgs.names`).
     """
 
-    def __init__(self, endpoint: Endpoint, namespace: str) -> None:
+    def __init__(self, endpoint: Endpoint, namespace: str, *, names: Mapping[str, str] | None = None) -> None:
         ctx = mp.get_context("spawn")
         self._recv, send = ctx.Pipe(duplex=False)
         self.bound = ctx.Value("q", 0)
         self.marked = ctx.Value("q", 0)
         self.last_bind = ctx.Value("d", 0.0)
+        self.last_seen = ctx.Value("d", 0.0)
+        self.labelled: dict[str, float] = {}
         self._ready = ctx.Event()
         self._stop = ctx.Event()
         self._proc = ctx.Process(
             target=_observe,
             args=(
-                _ObserverArgs(endpoint, namespace),
+                _ObserverArgs(endpoint, namespace, names=names),
                 send,
                 self.bound,
                 self.marked,
                 self.last_bind,
+                self.last_seen,
                 self._ready,
                 self._stop,
             ),
@@ -378,13 +419,15 @@ class Observer:
             self._proc.kill()
             raise RuntimeError("the observer did not start watching within 30 s")
 
-    def stop(self) -> list[PodEvent]:
+    def stop(self) -> tuple[list[PodEvent], dict[str, float]]:
+        """The events seen, and when each pod was first seen; `labelled` then holds when each
+        pod was first seen with the pod-group label (pods renamed by `names` only)."""
         self._stop.set()
-        records, failure = self._recv.recv()
+        records, first_seen, self.labelled, failure = self._recv.recv()
         self._proc.join(10)
         if failure:
             raise RuntimeError(f"observer: {failure[0]}")
-        return [PodEvent(t=t, pod=pod, kind=kind, node=node) for t, pod, kind, node in records]
+        return [PodEvent(t=t, pod=pod, kind=kind, node=node) for t, pod, kind, node in records], first_seen
 
 
 # --------------------------------------------------------------------------------------------
@@ -593,8 +636,10 @@ def create_all(
     *,
     workers: int,
     done: dict[str, float],
+    groups: dict[str, float] | None = None,
 ) -> None:
-    """POST every (path, body, is_pod) in order from `workers` threads; `done[pod]` = when it returned."""
+    """POST every (path, body, is_pod) in order from `workers` threads; `done[pod]` = when it
+    returned, and `groups[name]` for the other objects (PodGroups)."""
     pool = endpoint.pool(workers)
     lock = threading.Lock()
     position = 0
@@ -615,8 +660,75 @@ def create_all(
                 return
             if is_pod:
                 done[_name_of(body)] = time.monotonic()
+            elif groups is not None:
+                groups[_name_of(body)] = time.monotonic()
 
     threads = [threading.Thread(target=worker, name=f"bench-load-{i}") for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    pool.close()
+    if errors:
+        raise RuntimeError(errors[0])
+
+
+def submit_jobs(
+    endpoint: Endpoint,
+    submissions: Sequence[JobSubmission],
+    namespace: str,
+    *,
+    workers: int,
+    done: dict[str, float],
+) -> None:
+    """Create each gang's objects in order from `workers` threads, one thread per gang: its
+    PodGroup if any, its Job, then its launcher Job (which may need that Job's UID); `done[gang]`
+    = when its first object's create returned."""
+    path = f"/apis/{JOBS_API}/namespaces/{namespace}/jobs"
+    group_path = _group_path("gangsched", namespace)
+    items = [
+        (
+            s.gang.name,
+            None if s.pod_group is None else json.dumps(s.pod_group).encode(),
+            json.dumps(s.job).encode(),
+            None if s.launcher is None else json.dumps(s.launcher),
+        )
+        for s in submissions
+    ]
+    pool = endpoint.pool(workers)
+    lock = threading.Lock()
+    position = 0
+    errors: list[str] = []
+
+    def post(body: bytes, to: str = path) -> dict[str, Any]:
+        response = pool.urlopen("POST", to, body=body, headers=_JSON)
+        if response.status != 201:
+            errors.append(f"POST {to}: HTTP {response.status}: {response.data[:300]!r}")
+            return {}
+        created: dict[str, Any] = json.loads(response.data)
+        return created
+
+    def worker() -> None:
+        nonlocal position
+        while not errors:
+            with lock:
+                if position >= len(items):
+                    return
+                index = position
+                position += 1
+            gang, group, job, launcher = items[index]
+            if group is not None:
+                if not post(group, group_path):
+                    return
+                done[gang] = time.monotonic()
+            created = post(job)
+            if not created:
+                return
+            done.setdefault(gang, time.monotonic())
+            if launcher is not None:
+                post(launcher.replace(OWNER_UID, created["metadata"]["uid"]).encode())
+
+    threads = [threading.Thread(target=worker, name=f"bench-jobs-{i}") for i in range(workers)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -667,6 +779,17 @@ class Bench:
         return self.workload.kind == "preemption"
 
     @property
+    def jobs(self) -> bool:
+        return self.workload.kind == "jobs"
+
+    def contestant_name(self, flavour: Flavour, *, feed: Feed | None = None) -> str:
+        """A run's name in recordings and tables: the flavour; with the jobs workload, the feed
+        (`workload.Feed`, default `jobs`)."""
+        if not self.jobs:
+            return flavour
+        return feed or "jobs"
+
+    @property
     def _node_set(self) -> fakenodes.NodeSet:
         return node_set(self.workload.topology, pool=self.options.pool, dra=self.workload.dra)
 
@@ -675,9 +798,11 @@ class Bench:
 
     def __enter__(self) -> Self:
         log = self.options.log
-        if self.workload.dra:
+        if self.workload.dra or self.jobs:
             if not self.cp.controller_manager:
-                raise RuntimeError("the dra workload needs kube-controller-manager (`make control-plane`)")
+                raise RuntimeError(
+                    f"the {self.workload.kind} workload needs kube-controller-manager (`make control-plane`)"
+                )
             self.cp.wait_controller_manager()
         started = time.monotonic()
         names = fakenodes.create_nodes(api=self.api, spec=self._node_set, parallelism=16)
@@ -720,12 +845,21 @@ class Bench:
             for _ in pool.map(action, chunks):
                 pass
 
-    def run(self, flavour: Flavour, *, tag: str = "") -> Recording:
+    def run(self, flavour: Flavour, *, tag: str = "", feed: Feed | None = None) -> Recording:
+        """One run of `flavour`. With the jobs workload, `feed` (`workload.Feed`, default
+        `jobs`) says how the gangs are submitted; only gangsched takes the jobs workload."""
         opts, log = self.options, self.options.log
         if flavour == "bare" and self.preemption:
             raise ValueError("the bare binder never preempts: it has no run of the preemption workload")
-        namespace = f"bench-{flavour}{'-' + tag if tag else ''}-{os.getpid() % 10000}"
-        out = self.out / f"{flavour}{'-' + tag if tag else ''}"
+        name = self.contestant_name(flavour, feed=feed)
+        as_jobs = name in ("jobs", "labelled-jobs")
+        if self.jobs and flavour != "gangsched":
+            raise ValueError(
+                "only gangsched makes gangs of Jobs: kube-scheduler needs WorkloadWithJob (another "
+                "control plane), and the bare binder schedules nothing"
+            )
+        namespace = f"bench-{name}{'-' + tag if tag else ''}-{os.getpid() % 10000}"
+        out = self.out / f"{name}{'-' + tag if tag else ''}"
         out.mkdir(parents=True, exist_ok=True)
         request_json(self.api, "POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
         contestant: Contestant
@@ -748,35 +882,75 @@ class Bench:
         try:
             contestant.wait_ready(60)
             self._warm_up(contestant, namespace)
-            log(f"{flavour}: ready (pid {contestant.pid})")
-            recording = Recording(contestant=flavour)
+            log(f"{name}: ready (pid {contestant.pid})")
+            recording = Recording(contestant=name)
             # Job by job, as controllers submit them: a gang's PodGroup, then its pods.
             dra_on = self.workload.dra
             if dra_on:  # before the clock starts, as a cluster has its templates before its jobs
                 template_path = f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaimtemplates"
                 request_json(self.api, "POST", template_path, body=claim_template(namespace))
-            items = self._items(self.workload.low, flavour, namespace)
+            items = [] if as_jobs else self._items(self.workload.low, flavour, namespace)
+            submissions = (
+                [
+                    job_submission(g, pool=opts.pool, labelled=name == "labelled-jobs")
+                    for g in self.workload.gangs
+                ]
+                if as_jobs
+                else []
+            )
             pods = self.workload.pods
             apiserver = child_pid("kube-apiserver")
-            pids = {"scheduler": contestant.pid, **({"apiserver": apiserver} if apiserver else {})}
-            observer = Observer(self.endpoint, namespace)
+            controllers = child_pid("kube-controller-manager")
+            pids = {
+                "scheduler": contestant.pid,
+                **({"apiserver": apiserver} if apiserver else {}),
+                **({"controllers": controllers} if controllers else {}),
+            }
+            names = job_pod_names(self.workload) if as_jobs else None
+            observer = Observer(self.endpoint, namespace, names=names)
             before = apiserver_requests(self.endpoint)
             profiler = self._profile(contestant, out)
             with Sampler(pids) as sampler:
-                create_all(self.endpoint, items, workers=opts.load_workers, done=recording.created)
-                log(f"{flavour}: {len(recording.created)} pods created")
-                last_create = max(recording.created.values())
+                if as_jobs:
+                    submit_jobs(
+                        self.endpoint,
+                        submissions,
+                        namespace,
+                        workers=opts.load_workers,
+                        done=recording.submitted,
+                    )
+                    log(f"{name}: {len(submissions)} gangs submitted as Jobs")
+                    last_create = max(recording.submitted.values())
+                else:
+                    create_all(
+                        self.endpoint,
+                        items,
+                        workers=opts.load_workers,
+                        done=recording.created,
+                        groups=recording.submitted,
+                    )
+                    log(f"{name}: {len(recording.created)} pods created")
+                    last_create = max(recording.created.values())
                 if self.preemption:
                     self._preemption_load(contestant, observer, sampler, recording, namespace, last_create)
                 else:
                     self._wait(contestant, observer, sampler, total=pods, last_create=last_create)
                 recording.end = time.monotonic()
                 recording.peak_rss_mib = proc_peak_rss_mib(contestant.pid)
-            recording.events = observer.stop()
+            recording.events, recording.seen = observer.stop()
+            recording.labelled = observer.labelled
+            if as_jobs:  # the Job controller created them: when the watch first showed each
+                mine = set(names.values()) if names else set()
+                recording.created = {pod: t for pod, t in recording.seen.items() if pod in mine}
+                log(f"{name}: {len(recording.created)} pods created by the Job controller")
             recording.requests = delta(apiserver_requests(self.endpoint), before)
             recording.cpu = sampler.samples["scheduler"]
             recording.apiserver_cpu = sampler.samples.get("apiserver", [])
+            recording.controllers_cpu = sampler.samples.get("controllers", [])
             pods_listed = self._list(f"/api/v1/namespaces/{namespace}/pods")
+            if names is not None:
+                for pod in pods_listed:
+                    pod["metadata"]["name"] = workload_pod_name(pod["metadata"]["name"], names)
             if dra_on:
                 claims = self._list(f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaims")
                 check = oracle.claim_check(claims, pods_listed)
@@ -784,7 +958,7 @@ class Bench:
                 recording.bound_without_device = check.bound_without_device
                 recording.claims_allocated = check.claims_allocated
                 log(
-                    f"{flavour}: {len(claims)} claims, {check.claims_allocated} allocated, "
+                    f"{name}: {len(claims)} claims, {check.claims_allocated} allocated, "
                     f"{check.devices_twice} devices in two claims, "
                     f"{check.bound_without_device} bound pods without their device"
                     + (f"; e.g. {'; '.join(check.examples)}" if check.examples else "")
@@ -797,7 +971,7 @@ class Bench:
                 started = time.monotonic()
                 bound = self._bound(pods_listed)
                 recording.stranded = len(oracle.stranded_gangs(self.workload, pool=opts.pool, bound=bound))
-                log(f"{flavour}: stranded-gang check took {time.monotonic() - started:.1f}s")
+                log(f"{name}: stranded-gang check took {time.monotonic() - started:.1f}s")
             if not contestant.alive():
                 raise RuntimeError(f"{flavour} died during the run:\n{contestant.tail()}")
             # Saved before the cleanup, which can fail on its own (it is not part of the run).
@@ -811,7 +985,7 @@ class Bench:
             self._empty(namespace)
             devcluster.delete_namespace(self.api, name=namespace)
             self._wait_gone(namespace)
-            log(f"{flavour}: namespace deleted in {time.monotonic() - started:.1f}s")
+            log(f"{name}: namespace deleted in {time.monotonic() - started:.1f}s")
 
     def _items(
         self, gangs: Sequence[Gang], flavour: Flavour, namespace: str
@@ -981,7 +1155,9 @@ class Bench:
                 return
             if not contestant.alive():
                 raise RuntimeError(f"{contestant.flavour} exited:\n{contestant.tail()}")
-            last = max(float(observer.last_bind.value), last_create)
+            # The Job controller creates pods after the last Job is submitted: a pod just seen
+            # is work the scheduler has not had its chance at.
+            last = max(float(observer.last_bind.value), float(observer.last_seen.value), last_create)
             idle = now - last
             if idle >= 4 * opts.quiet or (
                 idle >= opts.quiet and sampler.cores("scheduler", over=opts.quiet / 2) < _SETTLED_CORES
@@ -1020,7 +1196,9 @@ class Bench:
         """Delete the pods (and claims) first, without delete_namespace's 30 s client timeout:
         10,000 pods and their claims take the apiserver longer than that in one request."""
         options = {"gracePeriodSeconds": 0, "propagationPolicy": "Background"}
-        collections = [f"/api/v1/namespaces/{namespace}/pods"]
+        # Jobs first, so that the Job controller does not create their pods again.
+        collections = [f"/apis/{JOBS_API}/namespaces/{namespace}/jobs"] if self.jobs else []
+        collections.append(f"/api/v1/namespaces/{namespace}/pods")
         if self.workload.dra:
             collections.append(f"/apis/{dra.API_VERSION}/namespaces/{namespace}/resourceclaims")
         for path in collections:

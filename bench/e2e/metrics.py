@@ -52,10 +52,20 @@ class Recording:
     """Everything one run recorded; the harness fills it."""
 
     contestant: str
-    created: dict[str, float] = field(default_factory=dict)  # pod -> create call returned
+    # pod -> its create call returned; the jobs workload: pod -> first seen by the watch (the
+    # Job controller created it)
+    created: dict[str, float] = field(default_factory=dict)
+    # pod -> first seen by the watch (every workload)
+    seen: dict[str, float] = field(default_factory=dict)
+    # gang -> its first object's create call returned: its PodGroup (or single pod: absent) or
+    # its Job
+    submitted: dict[str, float] = field(default_factory=dict)
+    # the jobs workload: pod -> first seen with gangsched's pod-group label (its gang formed)
+    labelled: dict[str, float] = field(default_factory=dict)
     events: list[PodEvent] = field(default_factory=list)
     cpu: list[CpuSample] = field(default_factory=list)
     apiserver_cpu: list[CpuSample] = field(default_factory=list)
+    controllers_cpu: list[CpuSample] = field(default_factory=list)  # kube-controller-manager
     peak_rss_mib: float = 0.0
     requests: dict[str, float] = field(default_factory=dict)  # "VERB resource[/sub]" -> count
     end: float = 0.0  # when the harness stopped watching
@@ -76,9 +86,13 @@ def recording_to_json(rec: Recording) -> dict[str, Any]:
     return {
         "contestant": rec.contestant,
         "created": rec.created,
+        "seen": rec.seen,
+        "submitted": rec.submitted,
+        "labelled": rec.labelled,
         "events": [[e.t, e.pod, e.kind, e.node] for e in rec.events],
         "cpu": [[s.t, s.cpu_seconds] for s in rec.cpu],
         "apiserver_cpu": [[s.t, s.cpu_seconds] for s in rec.apiserver_cpu],
+        "controllers_cpu": [[s.t, s.cpu_seconds] for s in rec.controllers_cpu],
         "peak_rss_mib": rec.peak_rss_mib,
         "requests": rec.requests,
         "end": rec.end,
@@ -97,9 +111,13 @@ def recording_from_json(data: Mapping[str, Any]) -> Recording:
     return Recording(
         contestant=str(data["contestant"]),
         created={str(k): float(v) for k, v in data["created"].items()},
+        seen={str(k): float(v) for k, v in (data.get("seen") or {}).items()},
+        submitted={str(k): float(v) for k, v in (data.get("submitted") or {}).items()},
+        labelled={str(k): float(v) for k, v in (data.get("labelled") or {}).items()},
         events=[PodEvent(float(t), str(p), kinds[kind], str(node)) for t, p, kind, node in data["events"]],
         cpu=[CpuSample(float(t), float(c)) for t, c in data["cpu"]],
         apiserver_cpu=[CpuSample(float(t), float(c)) for t, c in data["apiserver_cpu"]],
+        controllers_cpu=[CpuSample(float(t), float(c)) for t, c in data.get("controllers_cpu") or []],
         peak_rss_mib=float(data["peak_rss_mib"]),
         requests={str(k): float(v) for k, v in data["requests"].items()},
         end=float(data["end"]),
@@ -222,6 +240,26 @@ class Figures:
     devices_allocated_twice: int | None = None
     bound_without_device: int | None = None
     claims_allocated: int | None = None
+    # (NaN in results written before these fields existed)
+    gang_latency_p90: float = float("nan")
+    # Gang latency from the watch's first sight of the gang's last pod (not its create call's
+    # return): the same clock for pods the benchmark creates and pods the Job controller does.
+    seen_latency_p50: float = float("nan")
+    seen_latency_p90: float = float("nan")
+    seen_latency_p99: float = float("nan")
+    # From the gang's first object created (its PodGroup or Job; a single pod: the pod) to
+    # its last pod bound: what a submitter waits, pod creation included.
+    submit_latency_p50: float = float("nan")
+    submit_latency_p90: float = float("nan")
+    submit_latency_p99: float = float("nan")
+    # The jobs workload, gangs (not single pods): last pod created to last pod seen labelled
+    # (gangsched created the PodGroup and labelled the pods), and from then to last pod bound.
+    formation_p50: float = float("nan")
+    formation_p90: float = float("nan")
+    labelled_to_bound_p50: float = float("nan")
+    labelled_to_bound_p90: float = float("nan")
+    created_span_s: float = float("nan")  # first pod created to last pod created
+    controllers_cpu_seconds: float = float("nan")  # kube-controller-manager, first create to last bind
 
     def as_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "partial"}
@@ -315,14 +353,27 @@ def compute(
     pods_bound = sum(final_bound.values())
 
     latencies: list[float] = []
+    seen_latencies: list[float] = []
+    submit_latencies: list[float] = []
+    formation: list[float] = []
+    after_formation: list[float] = []
     placed: list[Gang] = []
     for name, gang in gangs.items():
         if final_bound.get(name, 0) < gang.min_count:
             continue
         placed.append(gang)
-        created = max(recording.created[gang.pod_name(p)] for p in gang.pods)
+        names = [gang.pod_name(p) for p in gang.pods]
+        created = max(recording.created[n] for n in names)
         quorum = timelines[name][-1][0]
         latencies.append(quorum - created)
+        if all(n in recording.seen for n in names):
+            seen_latencies.append(quorum - max(recording.seen[n] for n in names))
+        submitted = recording.submitted.get(name, min(recording.created[n] for n in names))
+        submit_latencies.append(quorum - submitted)
+        if gang.is_group and all(n in recording.labelled for n in names):
+            labelled = max(recording.labelled[n] for n in names)
+            formation.append(labelled - created)
+            after_formation.append(quorum - labelled)
 
     topo = workload.topology
     rack_gpus, rack_nodes = topo.rack_gpus, topo.shape.hosts
@@ -379,6 +430,22 @@ def compute(
         devices_allocated_twice=recording.devices_twice,
         bound_without_device=recording.bound_without_device,
         claims_allocated=recording.claims_allocated,
+        gang_latency_p90=percentile(latencies, 90),
+        seen_latency_p50=percentile(seen_latencies, 50),
+        seen_latency_p90=percentile(seen_latencies, 90),
+        seen_latency_p99=percentile(seen_latencies, 99),
+        submit_latency_p50=percentile(submit_latencies, 50),
+        submit_latency_p90=percentile(submit_latencies, 90),
+        submit_latency_p99=percentile(submit_latencies, 99),
+        formation_p50=percentile(formation, 50),
+        formation_p90=percentile(formation, 90),
+        labelled_to_bound_p50=percentile(after_formation, 50),
+        labelled_to_bound_p90=percentile(after_formation, 90),
+        created_span_s=last_create - first_create,
+        controllers_cpu_seconds=cpu_at(recording.controllers_cpu, last_bind)
+        - cpu_at(recording.controllers_cpu, first_create)
+        if recording.controllers_cpu
+        else float("nan"),
     )
 
 

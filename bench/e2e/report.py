@@ -16,12 +16,27 @@ from typing import Final
 from .metrics import Figures, PreemptionFigures, Recording, bound_curve
 from .workload import Workload
 
-LABELS: Final = {"gangsched": "gangsched", "native": "kube-scheduler v1.36.3", "bare": "bare binder"}
-COLOURS: Final = {"gangsched": "tab:blue", "native": "tab:orange", "bare": "tab:gray"}
+LABELS: Final = {
+    "gangsched": "gangsched",
+    "native": "kube-scheduler v1.36.3",
+    "bare": "bare binder",
+    # the jobs workload: gangsched fed the same gangs as PodGroups, and as Jobs
+    "podgroups": "gangsched, PodGroups",
+    "jobs": "gangsched, Jobs",
+    "labelled-jobs": "gangsched, Jobs labelled into PodGroups",
+}
+COLOURS: Final = {
+    "gangsched": "tab:blue",
+    "native": "tab:orange",
+    "bare": "tab:gray",
+    "podgroups": "tab:blue",
+    "jobs": "tab:green",
+    "labelled-jobs": "tab:olive",
+}
 CONTESTANT_ORDER: Final = ("gangsched", "native", "bare")
 # Requests the bench itself makes (creates and its watch), not the scheduler.
 BENCH_REQUESTS: Final = frozenset(
-    {"POST pods", "POST podgroups", "LIST pods", "WATCH pods", "POST resourceclaimtemplates"}
+    {"POST pods", "POST podgroups", "LIST pods", "WATCH pods", "POST resourceclaimtemplates", "POST jobs"}
 )
 # kube-controller-manager's resourceclaim controller during a dra run, the same for both
 # contestants: it creates each pod's claim from the template and records its name in the
@@ -209,6 +224,8 @@ def workload_line(workload: Workload) -> str:
         if workload.dra
         else ""
     )
+    if workload.kind == "jobs":
+        kind = "; as PodGroups, and as Indexed batch/v1 Jobs (automatic gangs)"
     return (
         f"{workload.topology.describe()}{kind}; seed {workload.seed}: {s['gangs']} gangs, {s['pods']} pods, "
         f"{s['requested_gpus']} GPUs requested for {s['cluster_gpus']} ({workload.oversubscription:.2f}x); "
@@ -325,5 +342,133 @@ def preemption_table(runs: Mapping[str, Sequence[PreemptionFigures]]) -> str:
     lines = ["| metric | " + " | ".join(LABELS[n] for n in names) + " |", "|---|" + "---:|" * len(names)]
     for label, value, unit, digits, _ in PREEMPTION_ROWS:
         cells = [_fmt(_median([float(value(f)) for f in runs[n]]), unit, digits) for n in names]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# The jobs workload: gangsched fed the same gangs as PodGroups and as Jobs
+
+JOBS_ROWS: Final[Sequence[Row]] = (
+    ROWS[0],
+    ("gang latency p50, last pod created to last pod bound", lambda f: f.gang_latency_p50, "s", 2, "lower"),
+    ("gang latency p90", lambda f: f.gang_latency_p90, "s", 2, "lower"),
+    ("gang latency p99", lambda f: f.gang_latency_p99, "s", 2, "lower"),
+    (
+        "gang latency p50, last pod first seen by the watch to last pod bound",
+        lambda f: f.seen_latency_p50,
+        "s",
+        2,
+        "lower",
+    ),
+    (
+        "gang latency p50 from submission (PodGroup or Job created) to last pod bound",
+        lambda f: f.submit_latency_p50,
+        "s",
+        2,
+        "lower",
+    ),
+    ("... p90", lambda f: f.submit_latency_p90, "s", 2, "lower"),
+    ("... p99", lambda f: f.submit_latency_p99, "s", 2, "lower"),
+    (
+        "Jobs: gang formation p50, last pod created to last pod labelled (PodGroup created, pods labelled)",
+        lambda f: f.formation_p50,
+        "s",
+        2,
+        "",
+    ),
+    ("... p90", lambda f: f.formation_p90, "s", 2, ""),
+    ("Jobs: last pod labelled to last pod bound, p50", lambda f: f.labelled_to_bound_p50, "s", 2, ""),
+    ("... p90", lambda f: f.labelled_to_bound_p90, "s", 2, ""),
+    (
+        "pods created per second (PodGroups: the benchmark; Jobs: the Job controller)",
+        lambda f: f.submit_pods_per_second,
+        "",
+        0,
+        "",
+    ),
+    ("first pod created to last pod created", lambda f: f.created_span_s, "s", 1, ""),
+    ("first pod created to last pod bound", lambda f: f.span_seconds, "s", 1, "lower"),
+    ("gangs placed", lambda f: f.gangs_placed, "", 0, "higher"),
+    ("GPU utilisation at saturation (bound / total)", lambda f: f.gpu_utilisation, "%", 1, "higher"),
+    (
+        "Preferred-rack gangs that fit one rack placed in one rack",
+        lambda f: f.preferred_in_one_rack,
+        "%",
+        0,
+        "higher",
+    ),
+    ("partial gangs ever observed (must be 0)", lambda f: f.partial_gangs, "", 0, ""),
+    ("Required-domain violations (must be 0)", lambda f: f.required_violations, "", 0, ""),
+    ("gangs left pending that fit the free capacity", lambda f: _stranded(f), "", 0, "lower"),
+    ("scheduler CPU seconds, first create to last bind", lambda f: f.cpu_seconds, "s", 1, "lower"),
+    ("scheduler CPU ms per bound pod", lambda f: 1000 * f.cpu_seconds / max(f.pods_bound, 1), "", 2, "lower"),
+    ("scheduler peak RSS", lambda f: f.peak_rss_mib, "MiB", 0, "lower"),
+    (
+        "kube-apiserver CPU seconds, first create to last bind",
+        lambda f: f.apiserver_cpu_seconds,
+        "s",
+        1,
+        "lower",
+    ),
+    (
+        "kube-controller-manager CPU seconds, first create to last bind",
+        lambda f: f.controllers_cpu_seconds,
+        "s",
+        1,
+        "lower",
+    ),
+    ("API writes per bound pod, everyone's", lambda f: all_writes(f) / max(f.pods_bound, 1), "", 2, "lower"),
+    (
+        "pod PATCHes per bound pod",
+        lambda f: f.api_requests.get("PATCH pods", 0.0) / max(f.pods_bound, 1),
+        "",
+        2,
+        "",
+    ),
+)
+
+
+def all_writes(figures: Figures) -> float:
+    """Mutating API requests during the run, from anyone (the benchmark, the Job controller,
+    the scheduler), the apiserver's housekeeping excepted: the Job controller's writes (pods,
+    Job statuses, its Events) cannot be told from the scheduler's by the apiserver's counters."""
+    return sum(
+        count
+        for key, count in figures.api_requests.items()
+        if key.split(" ")[0] in MUTATING and key.split(" ")[-1].split("/")[0] not in HOUSEKEEPING
+    )
+
+
+def _spread(values: Sequence[float], unit: str, digits: int) -> str:
+    """The median, and with several runs the range: `1.23 s (1.10-1.40)`."""
+    finite = sorted(v for v in values if not math.isnan(v))
+    median = _fmt(_median(finite), unit, digits)
+    if len(finite) < 2 or finite[0] == finite[-1]:
+        return median
+    low, high = (
+        _fmt(v, "", digits) if unit != "%" else f"{100 * v:.{digits}f}" for v in (finite[0], finite[-1])
+    )
+    return f"{median} ({low}-{high})"
+
+
+def jobs_table(runs: Mapping[str, Sequence[Figures]]) -> str:
+    """Markdown for the jobs workload: gangsched fed PodGroups, Jobs, Jobs labelled into
+    PodGroups (median over repeats, with the range), and each Jobs feed / PodGroups."""
+    names = [n for n in ("podgroups", "jobs", "labelled-jobs") if n in runs]
+    head = "| metric | " + " | ".join(LABELS[n] for n in names)
+    sep = "|---|" + "---:|" * len(names)
+    others = [n for n in names if n != "podgroups"] if "podgroups" in names else []
+    for n in others:
+        head += " | Jobs / PodGroups" if n == "jobs" else " | labelled Jobs / PodGroups"
+        sep += "---:|"
+    lines = [head + " |", sep]
+    for label, value, unit, digits, better in JOBS_ROWS:
+        cells = [_spread([value(f) for f in runs[n]], unit, digits) for n in names]
+        p = _median([value(f) for f in runs["podgroups"]]) if others else float("nan")
+        for n in others:
+            j = _median([value(f) for f in runs[n]])
+            ratio = better and not (math.isnan(p) or math.isnan(j)) and p != 0
+            cells.append(f"{j / p:.2f}x ({better} is better)" if ratio else "")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

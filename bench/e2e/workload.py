@@ -27,6 +27,10 @@ Two kinds of workload (`WorkloadKind`):
   GPU pod asks for exactly one GPU: a claim per GPU is what a DRA cluster's per-device
   accounting costs, and one device per claim keeps the two contestants' allocators on the
   same problem. So the same oversubscription takes about 5x the pods of ``gpu``.
+- ``jobs``: the gangs of ``gpu`` (same draws, same order), each submitted as batch/v1 Jobs
+  that the real Job controller turns into pods, which gangsched makes automatic gangs of
+  (issue 24; `job_submission`). The same gangs as PodGroups are the baseline it is compared
+  with.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from gangsched.model import MIN_COUNT_ANNOTATION, TOPOLOGY_ANNOTATION
 from gangsched_testing import builders, fakedra
 from gangsched_testing import dra as dra_builders
 from gangsched_testing.builders import pod_group_manifest
@@ -44,7 +49,13 @@ from gangsched_testing.fakenodes import NodeSet, TopologyKeys, TopologyShape, no
 # bare: hack/bare-binder, which binds each pod round-robin and schedules nothing; it is fed
 # gangsched's objects (PodGroups it never reads), so the load is the same as gangsched's.
 Flavour = Literal["gangsched", "native", "bare"]
-WorkloadKind = Literal["gpu", "dra", "preemption"]
+# What the jobs workload feeds gangsched: the gangs as PodGroups and pods the benchmark creates
+# (`podgroups`); as Jobs whose pods the Job controller creates, gangs formed automatically
+# (`jobs`); as such Jobs whose pod template carries the pod-group label of a PodGroup the
+# benchmark creates first (`labelled-jobs`: the Job controller's share of the cost, without
+# automatic gangs).
+Feed = Literal["podgroups", "jobs", "labelled-jobs"]
+WorkloadKind = Literal["gpu", "dra", "preemption", "jobs"]
 Level = Literal["rack", "block"]
 Priority = Literal["low", "high"]
 Manifest = dict[str, Any]
@@ -438,16 +449,11 @@ def group_manifest(gang: Gang, flavour: Flavour, *, pool: str = "bench") -> Mani
         return None
     priority_class = None if gang.priority is None else priority_class_name(gang.priority, pool=pool)
     if flavour != "native":
-        topology: list[tuple[str, str]] = []
-        if gang.required is not None:
-            topology.append((LEVEL_KEYS[gang.required], "Required"))
-        if gang.preferred_rack and gang.required != "rack":
-            topology.append((RACK_KEY, "Preferred"))
         return pod_group_manifest(
             gang.name,
             gang.min_count,
             namespace=None,
-            topology=topology,
+            topology=gangsched_topology(gang),
             priority_class=priority_class,
             disruption_mode=None if priority_class is None else "PodGroup",
         )
@@ -458,6 +464,17 @@ def group_manifest(gang: Gang, flavour: Flavour, *, pool: str = "bench") -> Mani
         spec["priorityClassName"] = priority_class
         spec["disruptionMode"] = "PodGroup"
     return {"apiVersion": NATIVE_API, "kind": "PodGroup", "metadata": {"name": gang.name}, "spec": spec}
+
+
+def gangsched_topology(gang: Gang) -> list[tuple[str, str]]:
+    """(key, mode) levels of a gang for gangsched, outermost first: the Required level (if
+    any), then a Preferred rack."""
+    topology: list[tuple[str, str]] = []
+    if gang.required is not None:
+        topology.append((LEVEL_KEYS[gang.required], "Required"))
+    if gang.preferred_rack and gang.required != "rack":
+        topology.append((RACK_KEY, "Preferred"))
+    return topology
 
 
 def pod_manifest(gang: Gang, pod: PodShape, flavour: Flavour, *, pool: str, dra: bool = False) -> Manifest:
@@ -484,3 +501,123 @@ def pod_manifest(gang: Gang, pod: PodShape, flavour: Flavour, *, pool: str, dra:
     if dra and pod.gpus:
         body = dra_builders.pod_claims(body, {CLAIM_ENTRY: f"template:{TEMPLATE}"})
     return body
+
+
+# --------------------------------------------------------------------------------------------
+# The jobs workload: the same gangs as batch/v1 Jobs
+
+JOBS_API: Final = "batch/v1"
+LAUNCHER_JOB: Final = "launcher"  # a gang's launcher Job is named <gang>-launcher
+# Where a launcher Job's ownerReference takes its gang's worker Job's UID, known only once
+# that Job is created.
+OWNER_UID: Final = "$OWNER_UID"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSubmission:
+    """A gang as Jobs: `job`, an Indexed Job of the gang's workers (parallelism = completions
+    = their count); for a gang with a launcher, `launcher`, a one-pod Indexed Job of the
+    launcher's shape controlled by `job` (ownerReference uid `OWNER_UID`, filled in once `job`
+    is created), and `job` annotated min-count = every pod of the gang.
+
+    gangsched's rules (model/owners.py) then make of it exactly the gang of the PodGroup
+    workload: a worker pod's chain is pod -> Job, the launcher's pod -> launcher Job -> Job
+    (the topmost Job is the gang's owner, as an MPIJob is for its launcher Job), so every pod
+    lands in PodGroup `job-<gang>` of minCount `len(gang.pods)`, with the PodGroup's topology as
+    the annotation `scheduling.gangsched.io/topology`. A gang of one pod is a one-pod Job: not
+    a gang (KEP-5547: parallelism >= 2), a plain pod as in the PodGroup workload.
+    """
+
+    gang: Gang
+    job: Manifest
+    launcher: Manifest | None
+    pod_group: Manifest | None = None  # `labelled`: created first
+
+
+def job_submission(gang: Gang, *, pool: str, labelled: bool = False) -> JobSubmission:
+    """`labelled` (the `labelled-jobs` feed): no annotations and no owner chain, but the
+    gang's PodGroup (as the PodGroup workload's) and its label in both Jobs' pod templates:
+    gangsched schedules the pods as members of that PodGroup, no automatic gang."""
+    launcher = next((p for p in gang.pods if p.name == LAUNCHER_JOB), None)
+    workers = [p for p in gang.pods if p is not launcher]
+    if len({(p.gpus, p.cpu, p.memory_gi) for p in workers}) != 1:
+        raise ValueError(f"{gang.name}: a Job's pods are alike, not {workers}")
+    if labelled:
+        group = group_manifest(gang, "gangsched", pool=pool)
+        label = None if group is None else gang.name
+        job = _job(gang.name, gang, workers[0], len(workers), pool=pool, pod_group=label)
+        extra = None
+        if launcher is not None:
+            extra = _job(f"{gang.name}-{LAUNCHER_JOB}", gang, launcher, 1, pool=pool, pod_group=label)
+        return JobSubmission(gang, job, extra, group)
+    annotations: dict[str, str] = {}
+    topology = gangsched_topology(gang) if gang.is_group else []
+    if topology:
+        annotations[TOPOLOGY_ANNOTATION] = ",".join(f"{key}={mode}" for key, mode in topology)
+    if launcher is not None:
+        annotations[MIN_COUNT_ANNOTATION] = str(gang.min_count)
+    job = _job(gang.name, gang, workers[0], len(workers), pool=pool, annotations=annotations)
+    if launcher is None:
+        return JobSubmission(gang, job, None)
+    owner = {"apiVersion": JOBS_API, "kind": "Job", "name": gang.name, "uid": OWNER_UID, "controller": True}
+    name = f"{gang.name}-{LAUNCHER_JOB}"
+    return JobSubmission(gang, job, _job(name, gang, launcher, 1, pool=pool, owner=owner))
+
+
+def _job(
+    name: str,
+    gang: Gang,
+    pod: PodShape,
+    count: int,
+    *,
+    pool: str,
+    annotations: Mapping[str, str] | None = None,
+    owner: Manifest | None = None,
+    pod_group: str | None = None,
+) -> Manifest:
+    body = builders.pod_manifest(
+        name,
+        pod_group,
+        namespace=None,
+        cpu=str(pod.cpu),
+        memory=f"{pod.memory_gi}Gi",
+        gpu=pod.gpus,
+        scheduler=SCHEDULER_NAMES["gangsched"],
+        node_selector={POOL_LABEL: pool},
+        labels={GANG_LABEL: gang.name},
+        spec={"terminationGracePeriodSeconds": 0, "restartPolicy": "Never"},
+    )
+    metadata: Manifest = {"name": name}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    if owner is not None:
+        metadata["ownerReferences"] = [owner]
+    return {
+        "apiVersion": JOBS_API,
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "parallelism": count,
+            "completions": count,
+            "completionMode": "Indexed",
+            "template": {"metadata": {"labels": body["metadata"]["labels"]}, "spec": body["spec"]},
+        },
+    }
+
+
+def job_pod_names(workload: Workload) -> dict[str, str]:
+    """`<Job>-<completion index>` -> the workload's name of that pod. The Job controller names
+    an Indexed Job's pods `<Job>-<index>-<5 random characters>` (generateName)."""
+    out: dict[str, str] = {}
+    for gang in workload.gangs:
+        workers = [p for p in gang.pods if p.name != LAUNCHER_JOB]
+        for index, pod in enumerate(workers):
+            out[f"{gang.name}-{index}"] = gang.pod_name(pod)
+        if len(workers) < len(gang.pods):
+            out[f"{gang.name}-{LAUNCHER_JOB}-0"] = f"{gang.name}-{LAUNCHER_JOB}"
+    return out
+
+
+def workload_pod_name(name: str, names: Mapping[str, str]) -> str:
+    """A Job pod's workload name (`job_pod_names`), or `name` itself for any other pod."""
+    return names.get(name.rpartition("-")[0], name)

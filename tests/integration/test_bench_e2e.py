@@ -95,6 +95,48 @@ def test_small_dra_benchmark_allocates_every_device_once(
     assert "| devices allocated twice (must be 0) | 0 |" in report.table(figures)
 
 
+def test_small_jobs_benchmark_places_every_gang_whole_as_with_pod_groups(
+    controller_manager: devcluster.ControlPlane, tmp_path: Path
+) -> None:
+    """`--workload jobs` on 24 nodes: the gangs of the small gpu workload, launcher gangs
+    included, as Indexed Jobs the real Job controller turns into pods; gangsched forms their
+    automatic gangs and must place every one whole, as it does with the same gangs as
+    PodGroups (the baseline, run second)."""
+    topology = Topology(nodes=24, rack_size=4, racks_per_block=3)
+    workload = generate(topology, seed=5, oversubscription=0.5, kind="jobs")
+    assert any(g.launcher for g in workload.gangs)
+    assert any(not g.is_group for g in workload.gangs)
+    assert any(g.is_group and g.required for g in workload.gangs)
+    options = Options(pool=f"t{uuid.uuid4().hex[:6]}", quiet=8.0, timeout=60.0, log=lambda _: None)
+    domains = node_domains(topology, pool=options.pool)
+    figures: dict[str, list[metrics.Figures]] = {}
+    with Bench(controller_manager, workload, options, tmp_path) as bench:
+        for jobs in (True, False):
+            rec = bench.run("gangsched", feed="jobs" if jobs else "podgroups")
+            assert rec.contestant == ("jobs" if jobs else "podgroups")
+            fig = metrics.compute(rec, workload, domains, gap=options.gap)
+            figures[rec.contestant] = [fig]
+            where = f"{rec.contestant}: {fig.as_dict()}"
+            assert fig.pods_created == workload.pods, where
+            assert fig.partial_gangs == 0, where
+            assert fig.required_violations == 0, where
+            assert fig.gangs_placed == len(workload.gangs), where
+            assert fig.pods_bound == workload.pods, where
+            assert fig.stranded_gangs == 0, where
+            assert fig.submit_latency_p50 >= fig.gang_latency_p50 - 0.05, where
+            if jobs:
+                # One label per pod of a gang (single pods are plain), and the Job controller's
+                # pods: created by it, not by the benchmark.
+                members = sum(len(g.pods) for g in workload.gangs if g.is_group)
+                assert fig.api_requests.get("PATCH pods", 0) >= members, where
+                assert fig.api_requests.get("POST jobs", 0) == len(workload.gangs) + sum(
+                    g.launcher for g in workload.gangs
+                ), where
+    table = report.jobs_table(figures)
+    assert "| partial gangs ever observed (must be 0) | 0 | 0 |" in table
+    assert "Jobs / PodGroups" in table
+
+
 def test_small_preemption_benchmark_evicts_whole_gangs(
     control_plane: devcluster.ControlPlane, tmp_path: Path
 ) -> None:
