@@ -149,6 +149,31 @@ def test_a_launcher_gang_is_a_job_of_workers_and_a_launcher_job_it_controls() ->
     assert workload_pod_name("warm-up", table) == "warm-up"
 
 
+def test_labelled_jobs_name_the_pod_group_the_benchmark_creates_and_make_no_automatic_gang() -> None:
+    workers = tuple(PodShape(f"w{i}", 4, 12, 96) for i in range(2))
+    gang = Gang(
+        index=5, pods=(PodShape("launcher", 0, 2, 8), *workers), required="rack", preferred_rack=False
+    )
+    sub = job_submission(gang, pool="p", labelled=True)
+    assert sub.pod_group is not None
+    assert sub.pod_group["metadata"]["name"] == "g00005"
+    assert sub.pod_group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 3}}
+    assert sub.launcher is not None
+    for job in (sub.job, sub.launcher):
+        assert "annotations" not in job["metadata"]
+        assert "ownerReferences" not in job["metadata"]
+        assert job["spec"]["template"]["metadata"]["labels"][POD_GROUP_LABEL] == "g00005"
+    jobs = [_created(sub.job, "uid-workers"), _created(sub.launcher, "uid-launcher")]
+    owners = OwnerIndex(parse_owner(j) for j in jobs)
+    pods = [parse_pod(body) for job in jobs for body in _pods_of(job)]
+    assert {p.pod_group for p in pods} == {"g00005"}
+    assert [gang_of(p, owners) for p in pods] == [None, None, None]  # in a group already
+    single = Gang(index=6, pods=(PodShape("0", 8, 24, 192),), required=None, preferred_rack=False)
+    plain = job_submission(single, pool="p", labelled=True)
+    assert plain.pod_group is None
+    assert POD_GROUP_LABEL not in plain.job["spec"]["template"]["metadata"]["labels"]
+
+
 def test_figures_of_a_jobs_run_time_gangs_from_the_pods_first_sight_and_from_submission() -> None:
     topology = Topology(nodes=20, rack_size=10)
     gangs = (

@@ -34,10 +34,13 @@ from gangsched.cluster.kinds import POD, POD_GROUP
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.report import Reporter
 from gangsched.loop.tasks import Tasks
-from gangsched.model import POD_GROUP_LABEL, EventReason, Pod, PodGroup, PodGroupApi
+from gangsched.model import POD_GROUP_LABEL, EventReason, OwnerRef, Pod, PodGroup, PodGroupApi
 from gangsched.model.owners import (
+    LWS_GROUP_INDEX_LABEL,
+    LWS_NAME_LABEL,
     AutomaticGang,
     CreatePodGroup,
+    Formation,
     JoinPodGroup,
     Waiting,
     formation,
@@ -55,6 +58,11 @@ log = logging.getLogger(__name__)
 _TELL_AFTER_SECONDS = 5.0
 # After a failed write, the next try waits this long, doubling up to the maximum.
 _RETRY_SECONDS = (1.0, 30.0)
+
+
+# What `formation` reads of a pod (`GangFormation.hold`): namespace, controller reference,
+# group label and its API, the LeaderWorkerSet name and group-index labels.
+_StepKey = tuple[str, OwnerRef, str | None, PodGroupApi, str | None, str | None]
 
 
 @dataclass(slots=True)
@@ -111,6 +119,12 @@ class GangFormation:
         groups_known = cache.pod_groups_synced()
         held: dict[Key, str] = {}
         joining: dict[Key, tuple[AutomaticGang, list[Pod]]] = {}
+        # A Job's pods all take the same step: `formation` reads of a pod only its namespace,
+        # controller, group label and LeaderWorkerSet labels (and its name, in some Waiting
+        # reasons), so it is asked once per such tuple per call; a 256-pod Job waiting for its
+        # PodGroup or its labels would otherwise walk its chain and parse its annotations 256
+        # times a cycle. A Waiting step is not kept: its reason may name the pod.
+        steps: dict[_StepKey, Formation | None] = {}
 
         def existing(key: Key) -> PodGroup | None:
             return cache.pod_group_of(key, PodGroupApi.GANGSCHED)
@@ -129,7 +143,21 @@ class GangFormation:
                 pod.pod_group_api is not PodGroupApi.GANGSCHED or existing((pod.namespace, pod.pod_group))
             ):
                 continue  # in a group that exists: the queue's
-            step = formation(pod, cache.owners, existing, scheduler_name=scheduler_name)
+            labels = pod.labels
+            memo = (
+                pod.namespace,
+                pod.controller,
+                pod.pod_group,
+                pod.pod_group_api,
+                labels.get(LWS_NAME_LABEL),
+                labels.get(LWS_GROUP_INDEX_LABEL),
+            )
+            if memo in steps:
+                step = steps[memo]
+            else:
+                step = formation(pod, cache.owners, existing, scheduler_name=scheduler_name)
+                if not isinstance(step, Waiting):
+                    steps[memo] = step
             if step is None:
                 continue
             if isinstance(step, Waiting):
