@@ -1,13 +1,16 @@
-"""What a Binding and a `Scheduled` Event cost gangsched, through its own write path.
+"""What a Binding, a `Scheduled` Event and an automatic gang's label cost gangsched, through
+its own write path.
 
 Issue 15 item 3: per-pod Scheduled Events stay on by default, but must cost a fraction of a
 Binding. A dev control plane gets `--pods` pending pods; then the operator's `Transport` and
 `Binder` (the code `gangsched run` writes with, at its default concurrency) bind every pod,
-and post a Scheduled Event for each, the way the binding pipeline does. Reported per write:
+and post a Scheduled Event for each, the way the binding pipeline does; first, as for the pods
+of an automatic gang (issue 24, loop/gangs.py), each pod gets the pod-group label (a merge
+patch, its UID as precondition, the answer decoded). Reported per write:
 gangsched's CPU (process time of this process, which runs nothing else meanwhile), the wall
 time of the whole batch, and the apiserver's CPU for it (/proc of kube-apiserver).
 
-Run: python bench/writes.py [--pods 2000] [--concurrency 32]
+Run: python bench/writes.py [--pods 2000] [--concurrency 32] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ for _path in (REPO, REPO / "testing"):
 from bench.e2e.harness import Endpoint, child_pid, create_all, proc_cpu_seconds  # noqa: E402
 
 from gangsched.binder import Binder, pod_ref  # noqa: E402
-from gangsched.model import EventReason, Pod, parse_pod  # noqa: E402
+from gangsched.model import POD_GROUP_LABEL, EventReason, Pod, parse_pod  # noqa: E402
 from gangsched.transport import Transport  # noqa: E402
 from gangsched_testing import devcluster, fakenodes  # noqa: E402
 from gangsched_testing.builders import pod_manifest  # noqa: E402
@@ -63,6 +66,11 @@ async def _run(cp: devcluster.ControlPlane, pods: list[Pod], nodes: list[str], c
     apiserver = child_pid("kube-apiserver")
     await transport.call("GET", "/version")  # the connection pool warm
     assignments = [(pod, nodes[i % len(nodes)]) for i, pod in enumerate(pods)]
+
+    async def labels() -> None:
+        await asyncio.gather(*(binder.label_pod(pod, {POD_GROUP_LABEL: "job-writes"}) for pod in pods))
+
+    label = await _measure("labels", labels, len(pods), apiserver)
     bind = await _measure("bindings", lambda: binder.bind_all(assignments), len(pods), apiserver)
 
     async def events() -> None:
@@ -80,10 +88,11 @@ async def _run(cp: devcluster.ControlPlane, pods: list[Pod], nodes: list[str], c
         )
 
     event = await _measure("events", events, len(pods), apiserver)
-    print(
-        f"an Event costs gangsched {event['cpu_us'] / bind['cpu_us']:.2f} of a Binding's CPU and "
-        f"kube-apiserver {event['apiserver_cpu_us'] / max(bind['apiserver_cpu_us'], 1):.2f} of it"
-    )
+    for name, cost in (("an Event", event), ("a label", label)):
+        print(
+            f"{name} costs gangsched {cost['cpu_us'] / bind['cpu_us']:.2f} of a Binding's CPU and "
+            f"kube-apiserver {cost['apiserver_cpu_us'] / max(bind['apiserver_cpu_us'], 1):.2f} of it"
+        )
     await transport.close()
 
 
