@@ -8,6 +8,9 @@ workload: gangsched through its PodGroup CRD, kube-scheduler through native
 ``--workload preemption`` is a mixed-priority variant: low-priority gangs fill the cluster,
 then high-priority gangs arrive that only run by preempting (kube-scheduler with
 ``WorkloadAwarePreemption``); its figures are ``metrics.compute_preemption``.
+``--workload jobs`` runs gangsched alone on the same gangs as PodGroups, as Indexed
+batch/v1 Jobs made into automatic gangs (the real Job controller creates the pods), and as
+Jobs labelled into PodGroups; its table is ``report.jobs_table``.
 
 Modules: ``workload`` (pure: cluster shape, gangs, manifests), ``metrics`` (pure: figures
 from the recorded timeline), ``harness`` (processes, load, observer), ``report`` (markdown

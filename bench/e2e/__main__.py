@@ -329,6 +329,8 @@ def jobs_main(args: argparse.Namespace) -> int:
         (args.out / f"results-{stem}.json").write_text(json.dumps(result, indent=2, default=str))
     if not args.no_plot and not args.retable:
         report.plot(list(first.values()), workload, args.out / f"bound-{stem}.png")
+    if args.replot:
+        return 0
     text = f"{report.workload_line(workload)}\n\nMachine: {machine}\n\n{report.jobs_table(figures)}\n"
     (args.out / f"table-{stem}.md").write_text(text)
     print(text)

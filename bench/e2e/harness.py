@@ -31,6 +31,16 @@ first in every run) for both contestants. After a run, before its namespace goes
 ResourceClaim and pod is listed for the DRA oracle (`oracle.claim_check`: no device in two
 claims, every bound pod's claim allocated on its node and reserved for it).
 
+The jobs workload (`Workload.kind == "jobs"`, gangsched only; needs kube-controller-manager):
+step 3 becomes, per the run's feed (`workload.Feed`): the PodGroups and pods as above
+(`podgroups`), or each gang's Jobs (`submit_jobs`: `workload.job_submission`; a launcher Job
+after its workers' Job, whose UID it names; with `labelled-jobs` the gang's PodGroup first).
+The Job controller creates the pods; the observer renames them `<Job>-<index>-<random>` ->
+the workload's names (`workload.job_pod_names`) and records when each was first seen (its
+creation, for the figures) and first seen with the pod-group label (gang formation). A run
+ends when the scheduler settles counting pods still being created as activity; the Jobs
+are deleted before the pods.
+
 The preemption workload (`Workload.kind == "preemption"`): PriorityClasses `<pool>-low` and
 `<pool>-high` are created with the nodes (deleted with them); kube-scheduler also gets the
 `WorkloadAwarePreemption` gate. Step 3 becomes: the low gangs are created, the run waits until
