@@ -361,14 +361,18 @@ class Binder:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
         await self.transport.call("DELETE", pod_group_path(namespace, name), body=body)
 
-    async def label_pod(self, pod: Pod, labels: Mapping[str, str]) -> dict[str, Any]:
+    async def label_pod(
+        self, pod: Pod, labels: Mapping[str, str], *, background: bool = False
+    ) -> dict[str, Any]:
         """Add `labels` to a pod (merge patch, its UID as precondition); returns the pod;
-        raises ApiError (404 gone, 409 another pod of that name)."""
+        raises ApiError (404 gone, 409 another pod of that name). `background`: in the
+        transport's lane that never holds up a Binding."""
         labelled: dict[str, Any] = await self.transport.call(
             "PATCH",
             f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}",
             body=pod_label_patch(pod, labels),
             content_type=MERGE_PATCH,
+            background=background,
         )
         return labelled
 

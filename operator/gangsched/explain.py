@@ -60,7 +60,7 @@ from gangsched.model import (
     Reason,
     parse_pod,
 )
-from gangsched.model.owners import automatic_name, held_pods, hold_reason, pending
+from gangsched.model.owners import JoinPodGroup, automatic_name, held_pods, hold_reason, pending
 from gangsched.occupancy import owner_text
 
 EXIT_SCHEDULED = 0
@@ -237,13 +237,19 @@ def held_view(
             return found.group  # as just read
         return cache.pod_group_of(key, PodGroupApi.GANGSCHED)
 
-    steps = held_pods(cache.pods_for_engine(), cache.owners, existing, scheduler_name=scheduler_name)
+    steps = held_pods(list(cache.pods.values()), cache.owners, existing, scheduler_name=scheduler_name)
+    held = {}
     gangs = {}
-    for key in steps:
+    for key, step in steps.items():
+        if isinstance(step, JoinPodGroup):
+            # As the loop does: a member of its gang's PodGroup while its label is written.
+            cache.join(key, step.gang.name)
+            continue
+        held[key] = hold_reason(step)
         named = automatic_name(cache.pods[key], cache.owners)
         if named is not None:
             gangs[key] = (named[0].ref, named[1])
-    return HeldView(cache, {key: hold_reason(step) for key, step in steps.items()}, gangs, not_listed)
+    return HeldView(cache, held, gangs, not_listed)
 
 
 def explain(

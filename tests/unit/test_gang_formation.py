@@ -30,7 +30,9 @@ class FormingBinder(FakeBinder):
         self.created.append(body["metadata"]["name"])
         return {**body, "metadata": {**body["metadata"], "uid": "pg-uid", "resourceVersion": "50"}}
 
-    async def label_pod(self, pod: Any, labels: dict[str, str]) -> dict[str, Any]:
+    async def label_pod(
+        self, pod: Any, labels: dict[str, str], *, background: bool = False
+    ) -> dict[str, Any]:
         self.labelled.append(pod.name)
         raise RuntimeError("not answered in this test")
 
@@ -86,13 +88,15 @@ def test_the_pods_of_one_job_take_one_formation_step_per_cycle(monkeypatch: pyte
         assert binder.created == ["job-train"]  # one create for the four pods
 
         calls.clear()
+        before = held
         held = sched.gangs.hold(pods, clock.now)
         assert len(calls) == 2
-        assert all("joining its gang, PodGroup ml/job-train" in why for why in held.values())
+        assert held == {}  # joined to their gang (members now), no longer held
+        assert all(cache.joined(key) == "job-train" for key in before)
         await sched.tasks.settle()
         assert sorted(binder.labelled) == [f"train-{i}-abcde" for i in range(4)]  # each pod labelled
         # The same steps as each pod asked alone (before the PodGroup existed).
-        assert {type(step).__name__ for key, step in alone.items() if key in held} == {"CreatePodGroup"}
+        assert {type(step).__name__ for key, step in alone.items() if key in before} == {"CreatePodGroup"}
         assert alone[("ml", "single-0-abcde")] is None
 
     asyncio.run(scenario())

@@ -48,7 +48,9 @@ class GangBinder(FakeBinder):
     async def delete_pod_group(self, namespace: str, name: str, uid: str) -> None:
         self.deleted_groups.append(name)
 
-    async def label_pod(self, pod: Pod, labels: Mapping[str, str]) -> dict[str, Any]:
+    async def label_pod(
+        self, pod: Pod, labels: Mapping[str, str], *, background: bool = False
+    ) -> dict[str, Any]:
         self.labelled.append(pod.name)
         body = copy.deepcopy(self.pods[pod.name])
         body["metadata"].setdefault("labels", {}).update(labels)
@@ -218,5 +220,63 @@ def test_a_labelled_member_is_not_labelled_again_and_other_pods_are_untouched() 
         assert binder.created == []
         assert [name for name, _ in binder.bound] == ["lone"]
         assert cache.pods[(NS, "mine")].labels[POD_GROUP_LABEL] == "own"
+
+    asyncio.run(scenario())
+
+
+def test_a_formed_gang_is_bound_without_waiting_for_its_labels() -> None:
+    """Once its PodGroup exists, a Job's pods are members (joined) while their labels are
+    written: the gang is decided and bound in that cycle; the labels follow (their answers
+    end the join), and the PodGroup counts its members all along."""
+
+    class SlowLabels(GangBinder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = asyncio.Event()
+
+        async def label_pod(
+            self, pod: Pod, labels: Mapping[str, str], *, background: bool = False
+        ) -> dict[str, Any]:
+            assert background  # never ahead of a Binding
+            await self.gate.wait()
+            return await super().label_pod(pod, labels)
+
+    async def scenario() -> None:
+        cache, binder = ClusterCache(), SlowLabels()
+        sched = make(cache, binder)
+        for n in ("n1", "n2"):
+            cache.apply("nodes", "ADDED", node(n))
+        job = b.job("train", 2, 2, indexed=True)
+        cache.apply("jobs.batch", "ADDED", job)
+        job_pods(cache, binder, job, 2)
+        await cycles(sched)  # the PodGroup is created
+        await sched.cycle()  # joined: bound now, the labels still in flight
+        await asyncio.sleep(0)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert sorted(name for name, _ in binder.bound) == ["train-0", "train-1"]
+        assert binder.labelled == []
+        assert {p.name for p in cache.members((NS, "job-train"))} == {"train-0", "train-1"}
+        assert cache.joined((NS, "train-0")) == "job-train"
+        binder.gate.set()
+        await settle(sched)
+        assert sorted(binder.labelled) == ["train-0", "train-1"]
+        assert cache.joined((NS, "train-0")) is None  # the labelled pod is a member on its own
+        assert {p.name for p in cache.members((NS, "job-train"))} == {"train-0", "train-1"}
+
+    asyncio.run(scenario())
+
+
+def test_a_pod_recreated_under_its_name_is_not_a_member_through_the_old_join() -> None:
+    async def scenario() -> None:
+        cache, binder = ClusterCache(), GangBinder()
+        cache.apply("pods", "ADDED", b.owned_pod("p", b.job("x", 2, 2, indexed=True), resource_version="5"))
+        assert cache.join((NS, "p"), "job-x")
+        assert [p.name for p in cache.members((NS, "job-x"))] == ["p"]
+        again = b.owned_pod("p", b.job("x", 2, 2, indexed=True), resource_version="9", uid="uid-other")
+        cache.apply("pods", "MODIFIED", again)
+        assert cache.joined((NS, "p")) is None
+        assert cache.members((NS, "job-x")) == []
+        assert binder.labelled == []
 
     asyncio.run(scenario())

@@ -21,6 +21,7 @@ its methods.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -41,7 +42,7 @@ from gangsched.cluster.kinds import (
 )
 from gangsched.cluster.store import Body, ByName, Change, Kind, Store, key_of
 from gangsched.cluster.writes import WriteTracker
-from gangsched.model import Key, Node, Pod, PodGroup, PodGroupApi, PriorityClasses
+from gangsched.model import POD_GROUP_LABEL, Key, Node, Pod, PodGroup, PodGroupApi, PriorityClasses
 from gangsched.model.owners import Owner, pod_as_owner
 from gangsched.model.pdb import DisruptionBudget
 
@@ -69,6 +70,9 @@ class ClusterCache:
         self._controls: dict[str, set[str]] = {}
         self._pod_uids: dict[str, Key] = {}
         self.owners = _OwnerChains(self)
+        # Pods joined to an automatic gang's PodGroup whose label is still being written
+        # (`join`): members from now on, as an assumed binding is bound (docs/architecture.md).
+        self._joined: dict[Key, str] = {}
         self.generation = 0  # bumped on every change that can alter a decision
         # Called with the seconds from an assumption to the watch showing that pod bound:
         # the cache's lag behind our own writes (a metric).
@@ -168,6 +172,12 @@ class ClusterCache:
         old, new = change.old, change.new
         if change.significant:
             self.generation += 1  # only what can change a decision counts as a change
+        joined = self._joined.get(change.key)
+        if joined is not None and (
+            new is None or new.pod_group is not None or old is None or new.uid != old.uid
+        ):
+            # The label is in (or the pod is gone, or another pod has its name): joined no more.
+            self.unjoin(change.key)
         if old is not None and old.uid:
             self._pod_uids.pop(old.uid, None)
         if new is not None and new.uid:
@@ -233,6 +243,51 @@ class ClusterCache:
             self.writes.drop(key)  # the writes of a group that is no longer the one
             if self.on_group_replaced is not None:
                 self.on_group_replaced(key)
+
+    # ------------------------------------------------------------------ automatic gangs
+
+    def join(self, key: Key, group: str) -> bool:
+        """Count the pod `key` (unlabelled) as a member of its namespace's PodGroup `group`
+        from now on, while the label is being written (loop.gangs): its gang is decided and
+        bound without waiting for the label's echo. Ends when the watch shows the pod
+        labelled or gone (`unjoin`). False when nothing changed."""
+        pod = self.store.get(POD, key)
+        if pod is None or pod.pod_group is not None or self._joined.get(key) == group:
+            return False
+        if key in self._joined:
+            self.unjoin(key)
+        self._joined[key] = group
+        self._by_group.setdefault((key[0], group), set()).add(key)
+        self.generation += 1
+        return True
+
+    def unjoin(self, key: Key) -> None:
+        """The pod is not (or no longer only) a member through `join`."""
+        group = self._joined.pop(key, None)
+        if group is None:
+            return
+        pod = self.store.get(POD, key)
+        if pod is None or pod.pod_group != group:
+            members = self._by_group.get((key[0], group))
+            if members is not None:
+                members.discard(key)
+                if not members:
+                    del self._by_group[(key[0], group)]
+        self.generation += 1
+
+    def joined(self, key: Key) -> str | None:
+        return self._joined.get(key)
+
+    def _member_view(self, pod: Pod) -> Pod:
+        group = self._joined.get(pod.key)
+        if group is None:
+            return pod
+        return dataclasses.replace(
+            pod,
+            pod_group=group,
+            pod_group_api=PodGroupApi.GANGSCHED,
+            labels={**pod.labels, POD_GROUP_LABEL: group},
+        )
 
     # ------------------------------------------------------------------ assumptions and writes
 
@@ -366,9 +421,13 @@ class ClusterCache:
         return all(self.store.synced(kind) for kind in OWNER_STORE_KINDS)
 
     def pods_for_engine(self) -> list[Pod]:
-        """Every pod, with assumed bindings applied: bound once, never pending twice."""
+        """Every pod, with assumed bindings applied (bound once, never pending twice) and
+        joined pods in their gang (`join`)."""
         view = self.assumptions.view
-        return [view(pod) for pod in self.store.objects(POD).values()]
+        if not self._joined:
+            return [view(pod) for pod in self.store.objects(POD).values()]
+        member = self._member_view
+        return [view(member(pod)) for pod in self.store.objects(POD).values()]
 
     def members(self, group: Key, *, assumed: bool = False, api: PodGroupApi | None = None) -> list[Pod]:
         """The pods that name `group` (with assumed bindings applied when `assumed`) through
@@ -379,7 +438,7 @@ class ClusterCache:
         pods = self.store.objects(POD)
         out = []
         for key in self._by_group.get(group, ()):
-            pod = pods[key]
+            pod = self._member_view(pods[key])
             if api is not None and pod.pod_group_api != api:
                 continue
             out.append(self.assumptions.view(pod) if assumed else pod)

@@ -131,14 +131,15 @@ class GangFormation:
 
         for pod in pods:
             if (
-                pod.node_name
-                or pod.terminal
+                pod.terminal
                 or pod.deleting
                 or pod.controller is None
                 or pod.scheduler_name != scheduler_name
                 or not self.config.in_scope(pod.namespace)
             ):
                 continue
+            if pod.node_name and (pod.pod_group is not None or cache.joined(pod.key) is None):
+                continue  # bound: only a joined member's label is still ours to write
             if pod.pod_group is not None and (
                 pod.pod_group_api is not PodGroupApi.GANGSCHED or existing((pod.namespace, pod.pod_group))
             ):
@@ -158,6 +159,8 @@ class GangFormation:
                 step = formation(pod, cache.owners, existing, scheduler_name=scheduler_name)
                 if not isinstance(step, Waiting):
                     steps[memo] = step
+            if not isinstance(step, JoinPodGroup):
+                cache.unjoin(pod.key)  # its gang's PodGroup is gone, or not this owner's
             if step is None:
                 continue
             if isinstance(step, Waiting):
@@ -172,18 +175,23 @@ class GangFormation:
                 )
                 continue
             failed = self._failed.get(gang.key if isinstance(step, CreatePodGroup) else pod.key)
-            held[pod.key] = hold_reason(step)
             if isinstance(step, CreatePodGroup):
+                held[pod.key] = hold_reason(step)
                 if gang.key not in self._creating and (failed is None or failed.until <= now):
                     self._creating.add(gang.key)
                     self.tasks.spawn(self._create(gang), name=f"create PodGroup {gang.namespace}/{gang.name}")
-            else:
-                assert isinstance(step, JoinPodGroup)
-                if pod.key not in self._labelling and (failed is None or failed.until <= now):
-                    self._labelling.add(pod.key)
-                    joining.setdefault(gang.key, (gang, []))[1].append(pod)
-            if failed is not None:
-                held[pod.key] += f" (the last try failed: {failed.error}; trying again)"
+                if failed is not None:
+                    held[pod.key] += f" (the last try failed: {failed.error}; trying again)"
+                    self.wake_later(max(failed.until - now, 0.05))
+                continue
+            assert isinstance(step, JoinPodGroup)
+            # A member from now on (the cache's `join`): decided with its gang while its
+            # label is written, as a bound pod is assumed bound before the watch says so.
+            cache.join(pod.key, gang.name)
+            if pod.key not in self._labelling and (failed is None or failed.until <= now):
+                self._labelling.add(pod.key)
+                joining.setdefault(gang.key, (gang, []))[1].append(pod)
+            elif failed is not None:
                 self.wake_later(max(failed.until - now, 0.05))
         for gang, members in joining.values():
             self.tasks.spawn(self._label(gang, members), name=f"label pods of {gang.namespace}/{gang.name}")
@@ -251,9 +259,11 @@ class GangFormation:
     async def _label_one(self, gang: AutomaticGang, pod: Pod) -> None:
         what = f"could not label pod {pod.namespace}/{pod.name} into PodGroup {gang.name}"
         try:
-            body = await self.binder.label_pod(pod, {POD_GROUP_LABEL: gang.name})
+            body = await self.binder.label_pod(pod, {POD_GROUP_LABEL: gang.name}, background=True)
         except ApiError as exc:
-            if exc.status not in (404, 409):  # gone, or another pod of that name: nothing to do
+            if exc.status in (404, 409):  # gone, or another pod of that name: not a member
+                self.cache.unjoin(pod.key)
+            else:
                 self._retry(pod.key, exc.message, what)
         except FencedError as exc:
             self._retry(pod.key, str(exc), what)

@@ -209,9 +209,13 @@ class Scheduler:
             self.liveness.step = "repairing partial gangs"
             await self.repair.check(now)
         self.liveness.step = "building the queue"
+        # Automatic gangs (loop.gangs) first: the pods it joins to their gang are members in
+        # what the engine is given; those whose gang is still being formed wait, never alone.
+        self.gangs.review(self.queue.binding)
+        held = self.gangs.hold(self.cache.pods.values(), now)
         pods = self.cache.pods_for_engine()
         pod_groups = [g for k, g in self.cache.pod_groups.items() if self.config.in_scope(k[0])]
-        queue = self._ready_queue(pods, pod_groups, now)
+        queue = self._ready_queue(pods, pod_groups, now, held)
         if queue.requests or queue.gated:
             self.liveness.step = "the engine"
             # What the snapshot saw: events applied while the engine runs count as changes after it.
@@ -266,13 +270,12 @@ class Scheduler:
                 alive.append(reservation)
         return alive
 
-    def _ready_queue(self, pods: list[Pod], pod_groups: list[PodGroup], now: float) -> Queue:
+    def _ready_queue(
+        self, pods: list[Pod], pod_groups: list[PodGroup], now: float, held: dict[Key, str]
+    ) -> Queue:
         """This cycle's queue, built once from what the engine is given, with only the groups
         that may be decided now."""
         cache = self.cache
-        # Automatic gangs (loop.gangs): pods whose gang is being formed wait, never alone.
-        self.gangs.review(self.queue.binding)
-        held = self.gangs.hold(pods, now)
         replacing = set(self.gangs.replacing)
         queue = build_queue(
             pods,

@@ -819,8 +819,9 @@ def held_pods(
     scheduler_name: str = DEFAULT_SCHEDULER_NAME,
 ) -> dict[tuple[str, str], Formation]:
     """The pending pods whose automatic gang is not formed (yet), each with its next step
-    (`formation`): the pods the loop holds out of the queue, as a look at the cluster sees
-    them (`gangsched explain`; the loop adds what only it knows: writes in flight, failures)."""
+    (`formation`), as a look at the cluster sees them (`gangsched explain`; the loop adds what
+    only it knows: writes in flight, failures). A `JoinPodGroup` pod is a member already (the
+    cache's `join`, while its label is written); the others are held out of the queue."""
     out: dict[tuple[str, str], Formation] = {}
     for pod in pods:
         if not pending(pod):
