@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 # A wait that lasts this long (an owner the cache does not know) is told on the pod; shorter
 # ones are the ordinary moment between a pod's event and its owner's.
 _TELL_AFTER_SECONDS = 5.0
+# Labels wait while gangs are being bound (a label costs the apiserver about twice a Binding,
+# and the member is already counted through the cache's join), at most this long.
+_LABEL_DEFER_SECONDS = 10.0
 # After a failed write, the next try waits this long, doubling up to the maximum.
 _RETRY_SECONDS = (1.0, 30.0)
 
@@ -86,9 +89,11 @@ class GangFormation:
         wake: Callable[[Key | None], None],
         wake_later: Callable[[float], None],
         clock: Callable[[], float],
+        bindings_in_flight: Callable[[], int] = lambda: 0,
     ) -> None:
         self.cache = cache
         self.clock = clock
+        self.bindings_in_flight = bindings_in_flight
         self.binder = binder
         self.reporter = reporter
         self.tasks = tasks
@@ -252,6 +257,12 @@ class GangFormation:
 
     async def _label(self, gang: AutomaticGang, pods: list[Pod]) -> None:
         try:
+            # The members count already (joined): their labels yield to the bindings in flight,
+            # so a burst of gangs is bound first and labelled right after.
+            waited = 0.0
+            while self.bindings_in_flight() and waited < _LABEL_DEFER_SECONDS:
+                await asyncio.sleep(0.05)
+                waited += 0.05
             await asyncio.gather(*(self._label_one(gang, pod) for pod in pods))
         finally:
             self.wake(gang.key)

@@ -115,6 +115,7 @@ class Scheduler:
             wake=self.wake,
             wake_later=self.wake_later,
             clock=clock,
+            bindings_in_flight=lambda: self.queue.bindings_in_flight,
         )
         # Anti-starvation reservations, held across cycles (the engine makes and releases them).
         self.reservations: dict[Key, Reservation] = {}
