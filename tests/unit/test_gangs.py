@@ -224,22 +224,27 @@ def test_a_labelled_member_is_not_labelled_again_and_other_pods_are_untouched() 
     asyncio.run(scenario())
 
 
-def test_a_formed_gang_is_bound_without_waiting_for_its_labels() -> None:
+def test_a_formed_gang_is_decided_at_once_and_each_pod_labelled_before_it_is_bound() -> None:
     """Once its PodGroup exists, a Job's pods are members (joined) while their labels are
-    written: the gang is decided and bound in that cycle; the labels follow (their answers
-    end the join), and the PodGroup counts its members all along."""
+    written: the gang is decided in that cycle, without waiting for the labels' echo; its
+    Bindings wait for the label writes, so whoever sees a pod bound sees it in its gang."""
 
     class SlowLabels(GangBinder):
         def __init__(self) -> None:
             super().__init__()
             self.gate = asyncio.Event()
+            self.order: list[str] = []
 
         async def label_pod(
             self, pod: Pod, labels: Mapping[str, str], *, background: bool = False
         ) -> dict[str, Any]:
-            assert background  # never ahead of a Binding
             await self.gate.wait()
+            self.order.append(f"label {pod.name}")
             return await super().label_pod(pod, labels)
+
+        async def bind_all(self, assignments: Any, *, group_uid: str = "") -> Any:
+            self.order += [f"bind {pod.name}" for pod, _ in assignments]
+            return await super().bind_all(assignments, group_uid=group_uid)
 
     async def scenario() -> None:
         cache, binder = ClusterCache(), SlowLabels()
@@ -250,17 +255,19 @@ def test_a_formed_gang_is_bound_without_waiting_for_its_labels() -> None:
         cache.apply("jobs.batch", "ADDED", job)
         job_pods(cache, binder, job, 2)
         await cycles(sched)  # the PodGroup is created
-        await sched.cycle()  # joined: bound now, the labels still in flight
-        await asyncio.sleep(0)
-        for _ in range(3):
+        await sched.cycle()  # joined and decided; the Bindings wait for the labels
+        for _ in range(5):
             await asyncio.sleep(0)
-        assert sorted(name for name, _ in binder.bound) == ["train-0", "train-1"]
-        assert binder.labelled == []
+        assert sched.queue.binding((NS, "job-train"))
+        assert binder.bound == []
         assert {p.name for p in cache.members((NS, "job-train"))} == {"train-0", "train-1"}
         assert cache.joined((NS, "train-0")) == "job-train"
         binder.gate.set()
         await settle(sched)
-        assert sorted(binder.labelled) == ["train-0", "train-1"]
+        assert sorted(name for name, _ in binder.bound) == ["train-0", "train-1"]
+        assert binder.order.index("bind train-0") > max(
+            binder.order.index(f"label train-{i}") for i in (0, 1)
+        )
         assert cache.joined((NS, "train-0")) is None  # the labelled pod is a member on its own
         assert {p.name for p in cache.members((NS, "job-train"))} == {"train-0", "train-1"}
 

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from gangsched.binder import Binder, owner_event_ref, pod_ref
 from gangsched.cluster import ClusterCache, Key
 from gangsched.cluster.kinds import POD, POD_GROUP
 from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.pipeline import GangPlan
 from gangsched.loop.report import Reporter
 from gangsched.loop.tasks import Tasks
 from gangsched.model import POD_GROUP_LABEL, EventReason, OwnerRef, Pod, PodGroup, PodGroupApi
@@ -56,9 +57,6 @@ log = logging.getLogger(__name__)
 # A wait that lasts this long (an owner the cache does not know) is told on the pod; shorter
 # ones are the ordinary moment between a pod's event and its owner's.
 _TELL_AFTER_SECONDS = 5.0
-# Labels wait while gangs are being bound (a label costs the apiserver about twice a Binding,
-# and the member is already counted through the cache's join), at most this long.
-_LABEL_DEFER_SECONDS = 10.0
 # After a failed write, the next try waits this long, doubling up to the maximum.
 _RETRY_SECONDS = (1.0, 30.0)
 
@@ -89,11 +87,9 @@ class GangFormation:
         wake: Callable[[Key | None], None],
         wake_later: Callable[[float], None],
         clock: Callable[[], float],
-        bindings_in_flight: Callable[[], int] = lambda: 0,
     ) -> None:
         self.cache = cache
         self.clock = clock
-        self.bindings_in_flight = bindings_in_flight
         self.binder = binder
         self.reporter = reporter
         self.tasks = tasks
@@ -101,7 +97,7 @@ class GangFormation:
         self.wake = wake
         self.wake_later = wake_later
         self._creating: set[Key] = set()  # PodGroups being created
-        self._labelling: set[Key] = set()  # pods being labelled
+        self._labelling: dict[Key, asyncio.Event] = {}  # pods being labelled: set when answered
         self._replacing: dict[Key, str] = {}  # PodGroups being deleted to be replaced: key -> UID
         self._failed: dict[Key, _Backoff] = {}  # a PodGroup's or pod's last failed write
         self._warned: dict[str, str] = {}  # owner UID -> the problem it was told of
@@ -194,7 +190,7 @@ class GangFormation:
             # label is written, as a bound pod is assumed bound before the watch says so.
             cache.join(pod.key, gang.name)
             if pod.key not in self._labelling and (failed is None or failed.until <= now):
-                self._labelling.add(pod.key)
+                self._labelling[pod.key] = asyncio.Event()
                 joining.setdefault(gang.key, (gang, []))[1].append(pod)
             elif failed is not None:
                 self.wake_later(max(failed.until - now, 0.05))
@@ -257,20 +253,14 @@ class GangFormation:
 
     async def _label(self, gang: AutomaticGang, pods: list[Pod]) -> None:
         try:
-            # The members count already (joined): their labels yield to the bindings in flight,
-            # so a burst of gangs is bound first and labelled right after.
-            waited = 0.0
-            while self.bindings_in_flight() and waited < _LABEL_DEFER_SECONDS:
-                await asyncio.sleep(0.05)
-                waited += 0.05
-            await asyncio.gather(*(self._label_one(gang, pod) for pod in pods))
+            await asyncio.gather(*(self._label_one(pod, gang.name) for pod in pods))
         finally:
             self.wake(gang.key)
 
-    async def _label_one(self, gang: AutomaticGang, pod: Pod) -> None:
-        what = f"could not label pod {pod.namespace}/{pod.name} into PodGroup {gang.name}"
+    async def _label_one(self, pod: Pod, group: str) -> None:
+        what = f"could not label pod {pod.namespace}/{pod.name} into PodGroup {group}"
         try:
-            body = await self.binder.label_pod(pod, {POD_GROUP_LABEL: gang.name}, background=True)
+            body = await self.binder.label_pod(pod, {POD_GROUP_LABEL: group})
         except ApiError as exc:
             if exc.status in (404, 409):  # gone, or another pod of that name: not a member
                 self.cache.unjoin(pod.key)
@@ -284,7 +274,32 @@ class GangFormation:
             self._failed.pop(pod.key, None)
             self.cache.apply(POD.name, "MODIFIED", body)
         finally:
-            self._labelling.discard(pod.key)
+            done = self._labelling.pop(pod.key, None)
+            if done is not None:
+                done.set()
+
+    async def labelled(self, pods: Sequence[Pod]) -> str | None:
+        """Every joined pod of `pods` labelled (the writes in flight awaited, the missing ones
+        sent now): a member is never bound before its label is written, so whoever sees it
+        bound sees it in its gang. None when done, else why not."""
+        waits = [self._labelling[p.key].wait() for p in pods if p.key in self._labelling]
+        if waits:
+            await asyncio.gather(*waits)
+        missing = []
+        for pod in pods:
+            group = self.cache.joined(pod.key)
+            if group is not None and pod.key not in self._labelling:
+                self._labelling[pod.key] = asyncio.Event()
+                missing.append(self._label_one(pod, group))
+        if missing:
+            await asyncio.gather(*missing)
+        unlabelled = [p for p in pods if self.cache.joined(p.key) is not None]
+        if not unlabelled:
+            return None
+        failed = self._failed.get(unlabelled[0].key)
+        why = failed.error if failed is not None else "the write did not land"
+        names = ", ".join(p.name for p in unlabelled[:3]) + (" ..." if len(unlabelled) > 3 else "")
+        return f"could not label {len(unlabelled)} pod(s) ({names}): {why}"
 
     async def _replace(self, group: PodGroup, gang: AutomaticGang) -> None:
         key = group.key
@@ -356,3 +371,22 @@ class GangFormation:
 
 def _owner(gang: AutomaticGang) -> str:
     return gang.describe_owner()
+
+
+class LabelStep:
+    """The pipeline's first step for a gang with joined members: their labels written (or
+    awaited) before any Binding (`GangFormation.labelled`)."""
+
+    name = "pod-group labels"
+
+    def __init__(self, gangs: GangFormation) -> None:
+        self.gangs = gangs
+
+    async def run(self, plan: GangPlan) -> str | None:
+        return await self.gangs.labelled([pod for pod, _ in plan.assignments])
+
+    async def undo(self, plan: GangPlan) -> None:
+        return None  # a label names the gang the pod is in whatever happens to this placement
+
+    async def finish(self, plan: GangPlan, unbound: Sequence[Pod]) -> None:
+        return None

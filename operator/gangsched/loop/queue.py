@@ -36,7 +36,6 @@ class SchedulingQueue:
         self.config = config
         self._wake_later = wake_later
         self._states: dict[Key, GroupState] = {}
-        self._binding = 0  # groups between `scheduled` and `bound`
 
     def state(self, key: Key) -> GroupState:
         state = self._states.get(key)
@@ -47,11 +46,6 @@ class SchedulingQueue:
     def binding(self, key: Key) -> bool:
         state = self._states.get(key)
         return state is not None and state.binding
-
-    @property
-    def bindings_in_flight(self) -> int:
-        """How many decided gangs are being bound now."""
-        return self._binding
 
     def starving(self, key: Key, now: float) -> bool:
         """Unschedulable for longer than the reservation threshold."""
@@ -76,15 +70,10 @@ class SchedulingQueue:
         state.next_attempt = 0.0
         state.unschedulable_since = None
         state.failed_generation = -1
-        if not state.binding:
-            self._binding += 1
         state.binding = True
 
     def bound(self, key: Key) -> None:
-        state = self.state(key)
-        if state.binding:
-            self._binding -= 1
-        state.binding = False
+        self.state(key).binding = False
 
     def unplaced(
         self, key: Key, reason: Reason, now: float, seen_generation: int, *, preempting: bool = False
@@ -122,9 +111,7 @@ class SchedulingQueue:
         }
 
     def forget(self, key: Key) -> None:
-        state = self._states.pop(key, None)
-        if state is not None and state.binding:
-            self._binding -= 1  # its pipeline's `bound` finds a fresh state
+        self._states.pop(key, None)
 
     def collect(self, exists: Callable[[Key], bool]) -> None:
         """Drop the state of groups that no longer exist (and are not binding)."""

@@ -24,7 +24,7 @@ from gangsched.engine import CycleResult, DeviceCaches, Reservation, schedule_cy
 from gangsched.engine.queue import Queue, build_queue
 from gangsched.loop.claims import ClaimStep
 from gangsched.loop.config import SchedulerConfig
-from gangsched.loop.gangs import GangFormation
+from gangsched.loop.gangs import GangFormation, LabelStep
 from gangsched.loop.groupclaims import GroupClaims
 from gangsched.loop.liveness import Liveness
 from gangsched.loop.pipeline import BindingPipeline, GangPlan, PreBindStep
@@ -88,24 +88,6 @@ class Scheduler:
             config=self.config,
             clock=clock,
         )
-        self.pipeline = BindingPipeline(
-            cache=cache,
-            live=live,
-            binder=binder,
-            reporter=self.reporter,
-            metrics=self.metrics,
-            config=self.config,
-            steps=(self.claims, *steps),
-        )
-        self.repair = GangRepair(
-            cache=cache,
-            binder=binder,
-            queue=self.queue,
-            reporter=self.reporter,
-            metrics=self.metrics,
-            config=self.config,
-            wake_later=self.wake_later,
-        )
         self.gangs = GangFormation(
             cache=cache,
             binder=binder,
@@ -115,7 +97,24 @@ class Scheduler:
             wake=self.wake,
             wake_later=self.wake_later,
             clock=clock,
-            bindings_in_flight=lambda: self.queue.bindings_in_flight,
+        )
+        self.pipeline = BindingPipeline(
+            cache=cache,
+            live=live,
+            binder=binder,
+            reporter=self.reporter,
+            metrics=self.metrics,
+            config=self.config,
+            steps=(LabelStep(self.gangs), self.claims, *steps),
+        )
+        self.repair = GangRepair(
+            cache=cache,
+            binder=binder,
+            queue=self.queue,
+            reporter=self.reporter,
+            metrics=self.metrics,
+            config=self.config,
+            wake_later=self.wake_later,
         )
         # Anti-starvation reservations, held across cycles (the engine makes and releases them).
         self.reservations: dict[Key, Reservation] = {}
