@@ -153,34 +153,14 @@ def build_queue(
     for pod in queue.pending:
         why = held.get(pod.key) if held else None
         if why is not None:
-            queue.gated.append(
-                GroupDecision(
-                    namespace=pod.namespace,
-                    name=pod.name,
-                    scheduled=False,
-                    reason=Reason.WAITING_FOR_GANG,
-                    message=why,
-                    is_pod_group=False,
-                    pending=[pod],
-                )
-            )
+            queue.gated.append(_waiting_alone(pod, Reason.WAITING_FOR_GANG, why))
             continue
         if pod.pod_group is None:
             queue.requests.append(_single_pod(pod, waiting_seconds.get(pod.key, 0.0)))
             continue
         if pod.key in foreign:
             message = foreign_message(pod, groups_by_key[(pod.namespace, pod.pod_group)])
-            queue.gated.append(
-                GroupDecision(
-                    namespace=pod.namespace,
-                    name=pod.name,
-                    scheduled=False,
-                    reason=Reason.POD_GROUP_NOT_FOUND,
-                    message=message,
-                    is_pod_group=False,
-                    pending=[pod],
-                )
-            )
+            queue.gated.append(_waiting_alone(pod, Reason.POD_GROUP_NOT_FOUND, message))
             continue
         key = (pod.namespace, pod.pod_group)
         if key in seen_groups:
@@ -198,6 +178,19 @@ def build_queue(
             _group(groups_by_key[key], group_pending, members.get(key, []), waiting_seconds.get(key, 0.0))
         )
     return queue
+
+
+def _waiting_alone(pod: Pod, reason: Reason, message: str) -> GroupDecision:
+    """A pod that waits on its own, named after itself, never placed."""
+    return GroupDecision(
+        namespace=pod.namespace,
+        name=pod.name,
+        scheduled=False,
+        reason=reason,
+        message=message,
+        is_pod_group=False,
+        pending=[pod],
+    )
 
 
 def _single_pod(pod: Pod, waiting: float) -> GroupRequest:

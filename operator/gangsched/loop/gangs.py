@@ -227,15 +227,16 @@ class GangFormation:
 
     async def _create(self, gang: AutomaticGang) -> None:
         key = gang.key
+        what = f"could not create PodGroup {key[0]}/{key[1]}"
         try:
             body = await self.binder.create_pod_group(pod_group_manifest(gang))
         except ApiError as exc:
             if exc.status != 409:  # 409: one of that name exists; the watch shows which
-                self._retry(key, exc.message, f"could not create PodGroup {key[0]}/{key[1]}")
+                self._retry(key, exc.message, what)
         except FencedError as exc:
-            self._retry(key, str(exc), f"could not create PodGroup {key[0]}/{key[1]}")
+            self._retry(key, str(exc), what)
         except Exception as exc:
-            self._retry(key, f"{type(exc).__name__}: {exc}", f"could not create PodGroup {key[0]}/{key[1]}")
+            self._retry(key, f"{type(exc).__name__}: {exc}", what)
         else:
             self._failed.pop(key, None)
             self.cache.apply(POD_GROUP.name, "ADDED", body)
