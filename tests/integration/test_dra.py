@@ -612,6 +612,62 @@ def test_a_gang_shared_claim_is_allocated_once_reserved_for_the_group_and_cleane
         request_json(admin_api, "DELETE", f"/apis/{dra.API_VERSION}/resourceslices/{slice_name}")
 
 
+def test_a_podgroup_claim_its_members_do_not_list_is_allocated_first_and_binds_them_to_its_rack(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    operator_factory: OperatorFactory,
+) -> None:
+    # The interconnect channel reaches one rack only; the members list no claim, so only the
+    # PodGroup's spec.resourceClaims says the gang needs it.
+    names = nodes(fake_nodes, blocks=1, racks=2, hosts=2)
+    rack = client.CoreV1Api(admin_api).read_node(names[-1]).metadata.labels[RACK]
+    name = f"fabric-{uuid.uuid4().hex[:5]}"
+    body = {
+        "apiVersion": dra.API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": FABRIC,
+            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": RACK, "operator": "In", "values": [rack]}]}
+                ]
+            },
+            "devices": [dra.device("channel-0", {"kind": "channel"})],
+        },
+    }
+    request_json(admin_api, "POST", f"/apis/{dra.API_VERSION}/resourceslices", body=body)
+    if not any(
+        c["metadata"]["name"] == FABRIC for c in request_json(admin_api, "GET", fakedra.CLASSES_PATH)["items"]
+    ):
+        request_json(admin_api, "POST", fakedra.CLASSES_PATH, body=dra.gpu_class(FABRIC, FABRIC))
+    try:
+        operator_factory()
+        create(admin_api, namespace, dra.claim_template(namespace, "fabric", dra.request("link", FABRIC)))
+        group_body = pod_group_manifest("ring", 2)
+        group_body["spec"]["resourceClaims"] = [{"name": "fabric", "resourceClaimTemplateName": "fabric"}]
+        create_pod_group(admin_api, namespace, group_body)
+        create_pods(admin_api, namespace, [pod_manifest(f"ring-{i}", "ring") for i in range(2)])
+        placed = wait_until(all_bound(admin_api, namespace, "ring", 2), timeout=60, what="the gang bound")
+        labels = {n: client.CoreV1Api(admin_api).read_node(n).metadata.labels[RACK] for n in placed.values()}
+        assert set(labels.values()) == {rack}, labels
+        group = get_pod_group(admin_api, namespace, "ring")
+        claim = get_claim(admin_api, namespace, "ring-fabric")
+        assert devices_of(claim) == [("link", FABRIC, name, "channel-0")]
+        assert claim["status"]["reservedFor"][0] == {
+            "apiGroup": "scheduling.gangsched.io",
+            "resource": "podgroups",
+            "name": "ring",
+            "uid": group["metadata"]["uid"],
+        }
+        assert FINALIZER in claim["metadata"]["finalizers"]
+        check_claims(admin_api)
+    finally:
+        request_json(admin_api, "DELETE", f"/apis/{dra.API_VERSION}/resourceslices/{name}")
+
+
 def test_an_extended_resource_backed_by_a_device_class_gets_a_claim(
     admin_api: client.ApiClient,
     namespace: str,

@@ -72,6 +72,28 @@ def test_plan_claims_only_reserves_an_allocated_claim_and_skips_reserved_pods() 
     assert plan_claims([(p, "a") for p in pods], {}, {("ml", "shared"): allocated}) == []
 
 
+def test_plan_claims_reserves_a_podgroup_claim_its_members_do_not_list_for_the_group() -> None:
+    spec = {
+        "schedulingPolicy": {"gang": {"minCount": 2}},
+        "resourceClaims": [{"name": "fabric", "resourceClaimTemplateName": "fabric"}],
+    }
+    group = pod_group("g", 2, uid="pg-uid", spec=spec)
+    plain = [dra.claim_pod(f"w-{i}", "g", {}, uid=f"pod-{i}") for i in range(2)]
+    fabric = claim_body("g-fabric", "5")
+    objects = dra.dra_objects([dra.gpu_class(), dra.node_slice("a", dra.gpus(1)), fabric], plain)
+    decision = schedule_cycle(nodes=[node("a", gpu=0)], pods=plain, pod_groups=[group], dra=objects).decisions[0]
+    assert decision.scheduled, decision.message
+    claims = {("ml", "g-fabric"): parse_resource_claim(fabric)}
+    [work] = plan_claims([(p, "a") for p in plain], decision.allocations, claims, group)
+    assert work.key == ("ml", "g-fabric")
+    assert work.allocation is not None
+    assert [(c.name, c.uid) for c in work.consumers] == [("g", "pg-uid")]
+    # A gang with nothing placed writes nothing; a missing group claim is refused.
+    assert plan_claims([], decision.allocations, claims, group) == []
+    with pytest.raises(ClaimError, match="ResourceClaim ml/g-fabric does not exist"):
+        plan_claims([(p, "a") for p in plain], {}, {}, group)
+
+
 def test_plan_claims_refuses_missing_or_unallocated_claims() -> None:
     [pod] = members(["c"])
     with pytest.raises(ClaimError, match="ResourceClaim ml/c does not exist"):

@@ -10,7 +10,17 @@ from gangsched.engine.dra.claims import WaitingForClaims, resolve
 from gangsched.engine.types import PodDevice
 from gangsched.model import Node, Pod, PodGroup, Reason, parse_node, parse_pod
 from gangsched_testing import dra
-from gangsched_testing.builders import RACK, node, node_manifest, pod, pod_group, pod_manifest, topology_nodes
+from gangsched_testing.builders import (
+    RACK,
+    native_pod,
+    native_pod_group,
+    node,
+    node_manifest,
+    pod,
+    pod_group,
+    pod_manifest,
+    topology_nodes,
+)
 
 H100 = 'device.attributes["gpu.example.com"].model == "H100"'
 A100 = 'device.attributes["gpu.example.com"].model == "A100"'
@@ -394,6 +404,205 @@ def test_an_allocated_claim_keeps_its_users_on_its_nodes() -> None:
     assert d.assignments == {("ml", "w-0"): "b"}
     assert d.allocations == {}  # nothing new to write
     assert [x.device for x in devices(result, "w-0")] == ["gpu-0"]
+
+
+def own_and_shared(nodes: Sequence[tuple[str, int, int]]) -> list[dict[str, Any]]:
+    """Each pod's own claim asks 2 GPUs and 1 NIC; one more claim for 1 GPU is shared by all.
+    `nodes`: (name, GPUs, NICs)."""
+    own = dra.claim_template("ml", "own", dra.request("gpu", count=2), dra.request("nic", dra.NIC_DRIVER))
+    objects = [dra.gpu_class(), dra.gpu_class(dra.NIC_DRIVER, dra.NIC_DRIVER), own]
+    objects.append(dra.claim("ml", "shared-gpu", dra.request("gpu")))
+    for name, gpu_count, nic_count in nodes:
+        objects.append(dra.node_slice(name, dra.gpus(gpu_count)))
+        objects.append(dra.node_slice(name, dra.nics(nic_count), driver=dra.NIC_DRIVER))
+    return objects
+
+
+def test_a_shared_claim_is_decided_with_its_users_own_claims() -> None:
+    # a-d each fit one pod's own claim (3 GPUs, 1 NIC); only e holds both pods and the shared GPU
+    # (5 GPUs, 2 NICs). The shared claim must not be allocated alone on a node its users
+    # spread over, nor take a GPU their own claims need there.
+    layout = [(n, 3, 1) for n in "abcd"] + [("e", 5, 2)]
+    members = dra.claim_pods("w", 2, "g", {"own": "template:own", "s": "shared-gpu"})
+    result = run([bare(n) for n, _, _ in layout], members, [pod_group("g", 2)], own_and_shared(layout))
+    d = decision(result, "g")
+    assert d.scheduled, d.message
+    assert set(d.assignments.values()) == {"e"}
+    ids = device_ids(result)
+    # Both pods see the shared GPU; no device is given to two claims.
+    assert len({i for i in ids if i[2].startswith("gpu")}) == 5
+    shared = d.allocations[("ml", "shared-gpu")]
+    assert len(shared.devices) == 1
+    assert shared.devices[0].pool == "e"
+
+
+def test_a_shared_claim_tries_every_node_that_could_hold_its_users() -> None:
+    # Nine nodes fit one pod each before the one that fits both: no round budget gives up early.
+    layout = [(f"n{i}", 3, 1) for i in range(9)] + [("z", 5, 2)]
+    members = dra.claim_pods("w", 2, "g", {"own": "template:own", "s": "shared-gpu"})
+    d = decision(
+        run([bare(n) for n, _, _ in layout], members, [pod_group("g", 2)], own_and_shared(layout)), "g"
+    )
+    assert d.scheduled, d.message
+    assert set(d.assignments.values()) == {"z"}
+
+
+def test_a_shared_claim_whose_users_fit_no_node_says_so() -> None:
+    layout = [(n, 3, 1) for n in "abc"]
+    members = dra.claim_pods("w", 2, "g", {"own": "template:own", "s": "shared-gpu"})
+    d = decision(
+        run([bare(n) for n, _, _ in layout], members, [pod_group("g", 2)], own_and_shared(layout)), "g"
+    )
+    assert not d.scheduled
+    assert "fell short" not in d.message
+    assert d.allocations == {}
+
+
+def test_cpu_bound_nodes_keep_a_shared_claim_off_nodes_that_fit_one_user() -> None:
+    # Every node has the shared GPU; a-c have room for one pod only (cpu), d for both.
+    shared = dra.claim("ml", "pair-gpu", dra.request("gpu"))
+    objects = [dra.gpu_class(), shared] + [dra.node_slice(n, dra.gpus(1)) for n in "abcd"]
+    members = dra.claim_pods("w", 2, "g", {"gpu": "pair-gpu"}, cpu="3")
+    nodes = [bare(n, cpu="4") for n in "abc"] + [bare("d", cpu="8")]
+    d = decision(run(nodes, members, [pod_group("g", 2)], objects), "g")
+    assert d.scheduled, d.message
+    assert set(d.assignments.values()) == {"d"}
+
+
+# --------------------------------------------------------------------------- PodGroup claims
+
+
+FABRIC_DRIVER = "fabric.example.com"
+
+
+def rack_fabric_slice(rack: str, channels: int) -> dict[str, Any]:
+    """Interconnect channels reachable from every node of one rack (a network-attached pool)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"fabric-{rack}"},
+        "spec": {
+            "driver": FABRIC_DRIVER,
+            "pool": {"name": f"fabric-{rack}", "generation": 1, "resourceSliceCount": 1},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": RACK, "operator": "In", "values": [rack]}]}
+                ]
+            },
+            "devices": [dra.device(f"channel-{i}") for i in range(channels)],
+        },
+    }
+
+
+def fabric_group(name: str, size: int, **options: Any) -> PodGroup:
+    """A gang of `size` with a PodGroup claim `fabric` from template `fabric` (claim <name>-fabric)."""
+    spec = {
+        "schedulingPolicy": {"gang": {"minCount": size}},
+        "resourceClaims": [{"name": "fabric", "resourceClaimTemplateName": "fabric"}],
+        **options,
+    }
+    return pod_group(name, size, spec=spec)
+
+
+def fabric_claim(name: str = "g-fabric", **options: Any) -> dict[str, Any]:
+    return dra.claim("ml", name, dra.request("link", FABRIC_DRIVER), **options)
+
+
+def two_racks() -> list[Node]:
+    return topology_nodes(blocks=1, racks=2, hosts=2)
+
+
+def test_a_podgroup_claim_its_members_do_not_list_is_allocated_and_binds_them_where_it_reaches() -> None:
+    # Only rack r1 has an interconnect channel; the members list no claim at all.
+    objects = [dra.gpu_class(FABRIC_DRIVER, FABRIC_DRIVER), rack_fabric_slice("z0-b0-r1", 1), fabric_claim()]
+    members = [pod(f"w-{i}", "g") for i in range(3)]
+    d = decision(run(two_racks(), members, [fabric_group("g", 3)], objects), "g")
+    assert d.scheduled, d.message
+    assert {n.rsplit("-", 1)[0] for n in d.assignments.values()} == {"z0-b0-r1"}
+    allocation = d.allocations[("ml", "g-fabric")]
+    assert [x.device for x in allocation.devices] == ["channel-0"]
+    assert d.devices == {}  # no member lists it: none gets it in its containers
+
+
+def test_a_podgroup_claim_is_allocated_for_a_single_pending_member() -> None:
+    objects = [dra.gpu_class(FABRIC_DRIVER, FABRIC_DRIVER), rack_fabric_slice("z0-b0-r1", 1), fabric_claim()]
+    d = decision(run(two_racks(), [pod("w-0", "g")], [fabric_group("g", 1)], objects), "g")
+    assert d.scheduled, d.message
+    assert list(d.allocations) == [("ml", "g-fabric")]
+    assert d.assignments[("ml", "w-0")].startswith("z0-b0-r1")
+
+
+def test_members_that_list_the_podgroup_claim_get_its_devices() -> None:
+    objects = [dra.gpu_class(FABRIC_DRIVER, FABRIC_DRIVER), rack_fabric_slice("z0-b0-r0", 1), fabric_claim()]
+    listing = dra.claim_pod("w-0", "g", {"fabric": "g-fabric"})
+    members = [listing, pod("w-1", "g")]
+    result = run(two_racks(), members, [fabric_group("g", 2)], objects)
+    d = decision(result, "g")
+    assert d.scheduled, d.message
+    assert {n.rsplit("-", 1)[0] for n in d.assignments.values()} == {"z0-b0-r0"}
+    assert [(x.claim, x.device) for x in devices(result, "w-0")] == [("fabric", "channel-0")]
+    assert devices(result, "w-1") == []
+
+
+def test_an_allocated_podgroup_claim_keeps_every_member_on_its_nodes() -> None:
+    done = fabric_claim(allocated=[("link", FABRIC_DRIVER, "fabric-z0-b0-r1", "channel-0")])
+    done["status"]["allocation"]["nodeSelector"] = {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": RACK, "operator": "In", "values": ["z0-b0-r1"]}]}]
+    }
+    objects = [dra.gpu_class(FABRIC_DRIVER, FABRIC_DRIVER), rack_fabric_slice("z0-b0-r1", 1), done]
+    d = decision(
+        run(two_racks(), [pod(f"w-{i}", "g") for i in range(2)], [fabric_group("g", 2)], objects), "g"
+    )
+    assert d.scheduled, d.message
+    assert {n.rsplit("-", 1)[0] for n in d.assignments.values()} == {"z0-b0-r1"}
+    assert d.allocations == {}
+
+
+def test_a_podgroup_claim_no_node_can_reach_binds_nothing() -> None:
+    objects = [dra.gpu_class(FABRIC_DRIVER, FABRIC_DRIVER), rack_fabric_slice("z9-b0-r0", 1), fabric_claim()]
+    d = decision(
+        run(two_racks(), [pod(f"w-{i}", "g") for i in range(2)], [fabric_group("g", 2)], objects), "g"
+    )
+    assert not d.scheduled
+    assert d.assignments == {}
+    assert d.allocations == {}
+    assert d.reason == Reason.UNSCHEDULABLE
+
+
+def test_a_podgroup_claim_not_created_yet_keeps_the_group_waiting() -> None:
+    objects = [dra.gpu_class(FABRIC_DRIVER, FABRIC_DRIVER), rack_fabric_slice("z0-b0-r1", 1)]
+    d = decision(
+        run(two_racks(), [pod(f"w-{i}", "g") for i in range(2)], [fabric_group("g", 2)], objects), "g"
+    )
+    assert not d.scheduled
+    assert d.reason == Reason.WAITING_FOR_RESOURCE_CLAIMS
+    assert d.message == "PodGroup claim fabric: waiting for ResourceClaim ml/g-fabric"
+
+
+def test_a_podgroup_claim_without_any_dra_objects_waits() -> None:
+    members = [pod(f"w-{i}", "g") for i in range(2)]
+    result = schedule_cycle(nodes=two_racks(), pods=members, pod_groups=[fabric_group("g", 2)])
+    d = decision(result, "g")
+    assert not d.scheduled
+    assert d.reason == Reason.WAITING_FOR_RESOURCE_CLAIMS
+
+
+def test_a_native_podgroup_claim_binds_members_that_do_not_list_it() -> None:
+    entry = {"name": "net", "resourceClaimTemplateName": "channel"}
+    status = {"resourceClaimStatuses": [{"name": "net", "resourceClaimName": "g-net-abcde"}]}
+    group = native_pod_group("g", 2, resource_claims=[entry], status=status)
+    channel = dra.node_slice("b", [dra.device("channel-0")], driver=FABRIC_DRIVER)
+    objects = [dra.gpu_class(FABRIC_DRIVER, FABRIC_DRIVER), channel, fabric_claim("g-net-abcde")]
+    members = [native_pod(f"g-{i}", "g") for i in range(2)]
+    d = decision(run([bare("a"), bare("b")], members, [group], objects), "g")
+    assert d.scheduled, d.message
+    assert set(d.assignments.values()) == {"b"}
+    assert list(d.allocations) == [("ml", "g-net-abcde")]
+    # Until the resourceclaim controller names the claim, the group waits for it.
+    waiting = native_pod_group("g", 2, resource_claims=[entry])
+    d = decision(run([bare("a"), bare("b")], members, [waiting], objects), "g")
+    assert d.reason == Reason.WAITING_FOR_RESOURCE_CLAIMS
+    assert d.message == "PodGroup claim net: waiting for its ResourceClaim to be created"
 
 
 # --------------------------------------------------------------------------- waiting and errors

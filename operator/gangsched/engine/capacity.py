@@ -44,6 +44,9 @@ class DeviceView(Protocol):
     def reasons(self, key: Hashable, nodes: IntArray) -> Counter[str]:
         """Why each of `nodes` serves no pod of this key."""
 
+    def excluded(self, key: Hashable, nodes: IntArray) -> Counter[str]:
+        """Why `mask(key)` leaves out each of `nodes` (the claim that keeps the pod off it)."""
+
 
 @dataclass(slots=True)
 class PodClass:

@@ -30,6 +30,7 @@ from gangsched.engine.fill import greedy
 from gangsched.engine.placer import Placer
 from gangsched.engine.reservation import NeverFit, never_fits
 from gangsched.engine.snapshot import (
+    CLAIMS,
     INSUFFICIENT,
     MISSING_LABEL,
     NOT_READY,
@@ -75,6 +76,7 @@ def node_reasons(cap: GroupCapacity) -> NodeReasons:
     reason[(reason == OK) & cap.missing_label] = MISSING_LABEL
     if cap.blocked is not None:
         reason[(reason == OK) & cap.blocked] = RESERVED
+    reason[(reason == OK) & ~cls.mask] = CLAIMS
     insufficient = (reason == OK) & (cap.caps[cap.main] == 0)
     reason[insufficient] = INSUFFICIENT
     usable = np.flatnonzero(reason == OK)
@@ -200,7 +202,7 @@ def _best_partial(cap: GroupCapacity, placer: Placer) -> tuple[str, int] | None:
 
 def _reason_counts(cap: GroupCapacity, reason: npt.NDArray[np.int8], cls: PodClass) -> Counter[str]:
     """Nodes per reason, vectorised."""
-    counts = np.bincount(reason, minlength=RESERVED + 1)
+    counts = np.bincount(reason, minlength=CLAIMS + 1)
     counter: Counter[str] = Counter()
     for code, text in _FIXED_REASONS.items():
         if counts[code]:
@@ -216,6 +218,8 @@ def _reason_counts(cap: GroupCapacity, reason: npt.NDArray[np.int8], cls: PodCla
             if lacking.size:
                 counter[f"missing label {quoted(key)}"] += int(lacking.size)
             missing = missing[codes[missing] >= 0]
+    if counts[CLAIMS] and cap.devices is not None:
+        counter.update(cap.devices.excluded(cls.device_key, np.flatnonzero(reason == CLAIMS)))
     if counts[INSUFFICIENT]:
         nodes = np.flatnonzero(reason == INSUFFICIENT)
         limits = _limiting_columns(cap, nodes, cls)

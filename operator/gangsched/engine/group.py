@@ -6,14 +6,20 @@ A group without claims is placed in one pass (capacity -> placer -> commit). Wit
 1. Claims are resolved (`dra.claims`); a missing one keeps the group waiting.
 2. For each firstAvailable variant in order, the group is placed with devices as one more
    capacity column per pod class (`dra.inventory`): topology and devices in one pass.
-3. A claim shared by several pending pods is allocated once, on the node holding most of its
-   users in that placement; its nodeSelector then limits every user and the group is placed
-   again.
+3. A claim shared by several pending pods (or a PodGroup's own claim, shared by every
+   member) keeps its users on nodes its devices can be allocated for. It is allocated once,
+   together with its users' own claims (one allocator call, so its devices are counted once
+   and never taken from under them), on the first node, in the placement's order, that
+   can hold all its users; its nodeSelector then limits every user and the group is placed
+   again. A node where the users do not fit after all is left for the next one.
 4. Devices are assigned exactly, pod by pod, on the chosen nodes only. Where the column
    over-counted (devices two requests compete for, counters of partitionable devices), the
    node's count is corrected to what the allocator found and the group placed again.
 
-Nothing is kept from a variant that fails: its device allocations are released.
+There is no fixed number of rounds: every round lowers a node's count or rules a node out
+for a shared claim, so the search ends, and it ends only when every candidate is tried or
+the placer finds no room. Nothing is kept from a variant that fails: its device allocations
+are released.
 """
 
 from __future__ import annotations
@@ -35,11 +41,6 @@ from gangsched.engine.snapshot import BoolArray, IntArray, Snapshot
 from gangsched.engine.types import GroupDecision, GroupRequest, PodDevice
 from gangsched.model import Key, Pod, Reason
 
-# Placements tried per variant before the group is declared unschedulable: each round fixes
-# the count of every node where the exact allocation found fewer devices than counted.
-MAX_ROUNDS = 6
-# Nodes tried for one shared claim.
-SHARED_CANDIDATES = 4
 # Candidate devices one node's joint allocation (all its pods' claims in one search) may try
 # before it gives way to pod-by-pod allocation: a joint search can backtrack exponentially
 # (k pods x n near-identical devices behind a constraint that fails late), pod by pod cannot.
@@ -89,13 +90,14 @@ class GroupDevices:
     def key(self, pod: Pod) -> Hashable:
         cached = self._keys.get(pod.key)
         if cached is None:
-            uses = self.claims.uses.get(pod.key, ())
-            if not uses:
+            claims = self.claims
+            used = {u.key for u in claims.uses.get(pod.key, ())} | set(claims.of_group)
+            if not used:
                 return ()
             cached = DeviceKey(
-                demand=self.claims.demand(pod, self.variant),
-                allocated=tuple(sorted(u.key for u in uses if u.key in self.claims.allocated)),
-                shared=tuple(sorted(u.key for u in uses if u.key in self.claims.shared)),
+                demand=claims.demand(pod, self.variant),
+                allocated=tuple(sorted(k for k in used if k in claims.allocated)),
+                shared=tuple(sorted(k for k in used if k in claims.shared)),
             )
             self._keys[pod.key] = cached
         return cached
@@ -119,12 +121,18 @@ class GroupDevices:
         if done is not None:
             terms = selector_terms(done[1].node_selector)
             return None if terms is None else self.snap.terms_mask(terms)
-        # Not allocated yet: anywhere but the nodes that already failed to hold it.
+        # Not allocated yet: where its devices can be allocated from, but not on the nodes
+        # that already failed to hold it.
+        mask = self.claim_nodes(claim).copy()
         tried = self.shared_tried.get(claim)
-        if not tried:
-            return None
-        mask = np.ones(len(self.snap.nodes), dtype=bool)
-        mask[list(tried)] = False
+        if tried:
+            mask[list(tried)] = False
+        return mask
+
+    def claim_nodes(self, claim: Key) -> BoolArray:
+        """Nodes an unallocated shared claim's devices can be allocated for, with the devices
+        in use now (other shared claims of the group may have just taken some)."""
+        mask: BoolArray = self.state.pod_slots(self.claims.claim_demand(claim, self.variant)) > 0
         return mask
 
     def slots(self, key: Hashable, *, empty: bool = False) -> IntArray:
@@ -147,6 +155,29 @@ class GroupDevices:
         if not key.demand.needs:
             return Counter({"no node allowed by the claims' allocation": int(nodes.size)})
         return self.state.node_reasons(key.demand, nodes)
+
+    def excluded(self, key: Hashable, nodes: IntArray) -> Counter[str]:
+        assert isinstance(key, DeviceKey)
+        out: Counter[str] = Counter()
+        left = nodes
+        for claim in (*key.allocated, *key.shared):
+            allowed = self._claim_mask(claim)
+            if allowed is None or left.size == 0:
+                continue
+            off = left[~allowed[left]]
+            left = left[allowed[left]]
+            if not off.size:
+                continue
+            name = f"ResourceClaim {claim[0]}/{claim[1]}"
+            if claim in self.claims.allocated or claim in self.shared_done:
+                out[f"not allowed by the allocation of {name}"] += int(off.size)
+                continue
+            reach = self.claim_nodes(claim)[off]
+            if (~reach).any():
+                out[f"no free device of {name} for the node"] += int((~reach).sum())
+            if reach.any():
+                out[f"cannot hold {name} with all its users"] += int(reach.sum())
+        return out
 
     # ------------------------------------------------------------------ results
 
@@ -184,7 +215,7 @@ def place_group(
 ) -> Outcome:
     """Place `group` on `snapshot`; on success the snapshot (and `state`, `allocated_now`)
     count its pods and devices as used."""
-    if not any(p.claims for p in group.pending):
+    if not group.uses_devices:
         cap = GroupCapacity(snapshot, group, blocked)
         placer = Placer(cap)
         attempt = placer.place()
@@ -227,7 +258,7 @@ def device_variants(
     device view per firstAvailable variant, in the order `place_group` tries them (each
     made when reached); or why the group waits for its claims. `explain` measures the
     group with the first one."""
-    claims = resolve(group.pending, state.objects.claims if state else {}, allocated_now)
+    claims = resolve(group.pending, state.objects.claims if state else {}, allocated_now, group.group_claims)
     if isinstance(claims, WaitingForClaims):
         return claims
     assert state is not None  # the claims resolved, so there are DRA objects
@@ -250,7 +281,7 @@ def _place_variant(
         )
         return Outcome(unplaced(group, text), None), text
     cap = GroupCapacity(snapshot, group, blocked, devices)
-    for _ in range(MAX_ROUNDS):
+    while True:
         failure = _selector_failure(cap, devices)
         if failure is not None:
             _release_shared(devices)
@@ -269,7 +300,7 @@ def _place_variant(
             return Outcome(unplaced(group, explain(cap, placer)), cap), explain_best(cap, placer)
         assignment = placer.assign(attempt)
         try:
-            if _allocate_shared(devices, assignment):
+            if _allocate_shared(devices, cap, assignment):
                 cap = GroupCapacity(snapshot, group, blocked, devices)
                 continue
             own = _allocate_own(devices, cap, assignment)
@@ -277,6 +308,8 @@ def _place_variant(
             _release_shared(devices)
             return Outcome(unplaced(group, str(exc)), cap), str(exc)
         if own is None:
+            # Some node served fewer pods than counted: its count is now lower (never the same
+            # twice), so the next round places differently or finds no room.
             cap = GroupCapacity(snapshot, group, blocked, devices)
             continue
         decision = placed(group, cap, placer, attempt)
@@ -289,11 +322,6 @@ def _place_variant(
             if pod.claims:
                 decision.devices[pod.key] = devices.devices_of(pod, own.get(pod.key, {}), allocated_now)
         return Outcome(decision, cap), ""
-    _release_shared(devices)
-    message = explain(cap, Placer(cap)) + (
-        f"; the devices the chosen nodes offer fell short of the count {MAX_ROUNDS} times"
-    )
-    return Outcome(unplaced(group, message), cap), message
 
 
 def _missing_class(devices: GroupDevices, group: GroupRequest) -> Need | None:
@@ -304,6 +332,10 @@ def _missing_class(devices: GroupDevices, group: GroupRequest) -> Need | None:
             for need in key.demand.needs:
                 if need.device_class not in devices.state.classes:
                     return need
+    for claim in devices.claims.shared:
+        for need in devices.claims.claim_demand(claim, devices.variant).needs:
+            if need.device_class not in devices.state.classes:
+                return need
     return None
 
 
@@ -318,32 +350,95 @@ def _selector_failure(cap: GroupCapacity, devices: GroupDevices) -> SelectorFail
     return None
 
 
-def _allocate_shared(devices: GroupDevices, assignment: list[tuple[Pod, int, int]]) -> bool:
-    """Allocate the first shared claim not yet allocated, on the node holding most of its users
-    in this placement. True when one was tried (the group must be placed again)."""
+def _allocate_shared(
+    devices: GroupDevices, cap: GroupCapacity, assignment: list[tuple[Pod, int, int]]
+) -> bool:
+    """Allocate the first shared claim not yet allocated; True when it was (the group must be
+    placed again). Raises AllocationError when no node is left that could hold it."""
     claims = devices.claims
     for key, users in claims.shared.items():
         if key in devices.shared_done:
             continue
         members = set(users)
-        on = Counter(node for pod, node, _ in assignment if pod.key in members)
-        others = [node for _, node, _ in assignment if node not in on]
-        candidates = [n for n, _ in on.most_common()] + list(dict.fromkeys(others))
+        hold = _users_capacity(cap, members)
         tried = devices.shared_tried[key]
-        for node in [n for n in candidates if n not in tried][:SHARED_CANDIDATES]:
-            result = devices.state.allocate(node, [claims.to_allocate(key, devices.variant)])
+        for node in _shared_candidates(devices, key, members, hold, assignment):
+            result = _allocate_with_users(devices, cap, node, key, members, hold)
             if result is not None:
-                devices.state.commit(result)
-                devices.shared_done[key] = (node, result[0])
+                devices.state.commit([result])
+                devices.shared_done[key] = (node, result)
                 return True
             tried.add(node)
-        if not candidates or all(n in tried for n in candidates):
-            raise AllocationError(
-                f"claim {key[0]}/{key[1]} (shared by {len(members)} pods): no node of the placement can "
-                "hold its devices"
-            )
-        return True
+        users_text = f"{len(members)} pod{'s' if len(members) != 1 else ''}"
+        whose = "the PodGroup's claim, used by" if key in claims.of_group else "shared by"
+        raise AllocationError(
+            f"claim {key[0]}/{key[1]} ({whose} {users_text}): no node can hold its devices together "
+            f"with its users ({len(tried)} node{'s' if len(tried) != 1 else ''} tried)"
+        )
     return False
+
+
+def _users_capacity(cap: GroupCapacity, members: set[Key]) -> IntArray:
+    """Per node, how many of a shared claim's users it holds (each class of users alone: an
+    upper bound when users of several classes compete for one node)."""
+    hold = np.zeros(len(cap.snap.nodes), dtype=np.int64)
+    for cls, fits in zip(cap.classes, cap.caps, strict=True):
+        users = sum(1 for p in cls.pods if p.key in members)
+        if users:
+            hold += np.minimum(fits, users)
+    return hold
+
+
+def _shared_candidates(
+    devices: GroupDevices,
+    key: Key,
+    members: set[Key],
+    hold: IntArray,
+    assignment: list[tuple[Pod, int, int]],
+) -> Iterator[int]:
+    """Nodes to allocate a shared claim on, best first, each once: those holding most of its
+    users in this placement, the placement's other nodes, then every node that can hold all
+    its users, then any node its devices can be allocated for (devices reaching several
+    nodes let users spread). Nodes already tried, or where its devices cannot be, are left out."""
+    able = devices.claim_nodes(key)
+    tried = devices.shared_tried[key]
+    on = Counter(node for pod, node, _ in assignment if pod.key in members)
+    placement = [n for n, _ in on.most_common()] + [node for _, node, _ in assignment]
+    everyone = np.flatnonzero(able & (hold >= len(members)))
+    rest = np.flatnonzero(able)
+    seen: set[int] = set()
+    for node in (*placement, *everyone.tolist(), *rest.tolist()):
+        if node in seen or node in tried or not able[node]:
+            continue
+        seen.add(node)
+        yield node
+
+
+def _allocate_with_users(
+    devices: GroupDevices, cap: GroupCapacity, node: int, key: Key, members: set[Key], hold: IntArray
+) -> AllocationResult | None:
+    """The shared claim's allocation from `node`, or None when its users cannot all have their
+    devices with it. Where the node can hold every user, the claim and their own claims are
+    allocated in one search, so the shared devices never take what their own claims need;
+    only the shared claim's result is kept (theirs are allocated when they are placed). A
+    claim whose devices bind it to the node must pass that joint test; one whose devices
+    reach further is kept when the nodes it allows can hold all its users."""
+    claims, state, variant = devices.claims, devices.state, devices.variant
+    shared = claims.to_allocate(key, variant)
+    if hold[node] >= len(members):
+        pods = [p for cls in cap.classes for p in cls.pods if p.key in members]
+        own = [claims.to_allocate(u.key, variant) for pod in pods for u in claims.own(pod)]
+        joint = state.allocate(node, [shared, *own], budget=JOINT_ALLOCATION_STEPS)
+        if joint is not None:
+            return joint[0]
+    alone = state.allocate(node, [shared])
+    if alone is None:
+        return None
+    terms = selector_terms(alone[0].node_selector)
+    allowed = np.ones(len(cap.snap.nodes), dtype=bool) if terms is None else cap.snap.terms_mask(terms)
+    if int(allowed.sum()) <= 1 or int(hold[allowed].sum()) < len(members):
+        return None
+    return alone[0]
 
 
 def _allocate_own(

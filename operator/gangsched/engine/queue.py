@@ -224,6 +224,7 @@ def _group(group: PodGroup, pending: list[Pod], members: list[Pod], waiting: flo
         priority=group.priority if group.has_priority_class else pod_priority,
         created=ready_since(group, members),
         waiting_seconds=waiting,
+        group_claims=tuple((c.name, group.claim_name(c)) for c in group.spec.resource_claims),
     )
 
 

@@ -28,6 +28,8 @@ SELECTOR = 4
 MISSING_LABEL = 5
 INSUFFICIENT = 6
 RESERVED = 7
+# Not a node filter: the group's ResourceClaims keep the pod off the node (`DeviceView.mask`).
+CLAIMS = 8
 
 UNSCHEDULABLE_TAINT = Taint(key="node.kubernetes.io/unschedulable", value="", effect="NoSchedule")
 

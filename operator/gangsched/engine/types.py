@@ -26,10 +26,19 @@ class GroupRequest:
     waiting_seconds: float = 0.0
     # False for a gangsched pod without a PodGroup label: a group of one named after the pod.
     is_pod_group: bool = True
+    # The PodGroup's own spec.resourceClaims: a requirement of the whole group, whether or not
+    # its members list them. (entry name, claim name); the name is None while the claim of a
+    # native group's template entry is not created yet.
+    group_claims: tuple[tuple[str, str | None], ...] = ()
 
     @property
     def key(self) -> Key:
         return (self.namespace, self.name)
+
+    @property
+    def uses_devices(self) -> bool:
+        """Claims of the PodGroup, or of a pending pod, are part of placing it."""
+        return bool(self.group_claims) or any(p.claims for p in self.pending)
 
 
 @dataclass(frozen=True, slots=True)

@@ -198,7 +198,7 @@ def _capacity(turn: _Turn) -> GroupCapacity:
     its pods have claims: `place_group`'s own claim setup (`group.device_variants`)."""
     request = turn.request
     devices: GroupDevices | None = None
-    if any(p.claims for p in request.pending):
+    if request.uses_devices:
         variants = device_variants(turn.snapshot, request, turn.devices, turn.allocated_now)
         if not isinstance(variants, WaitingForClaims):
             devices = next(variants, None)

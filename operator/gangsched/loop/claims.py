@@ -157,11 +157,15 @@ def plan_claims(
     claims: Mapping[Key, ResourceClaim],
     group: PodGroup | None = None,
 ) -> list[ClaimWork]:
-    """The claim writes a decided gang needs: one entry per claim its placed pods use, with
+    """The claim writes a decided gang needs: one entry per claim its placed pods use, and
+    per claim of the PodGroup itself (listed by its members or not: the group needs it), with
     the consumers not yet in its reservedFor (the pods; the PodGroup for its group claims).
     Raises ClaimError when a claim is unusable."""
     consumers: dict[Key, list[Consumer]] = {}
     of_group = group_claim_keys(group)
+    if group is not None and assignments:
+        for group_key in sorted(of_group):
+            consumers[group_key] = [Consumer.of_group(group)]
     for pod, _ in assignments:
         for entry in pod.claims:
             key = claim_key(pod, entry.name, entry.claim_name)

@@ -11,6 +11,10 @@ claim, what it means for placement:
 - **shared** (unallocated, used by several pending pods of the group): allocated once, then
   its `nodeSelector` binds every user (`engine.group`).
 
+A PodGroup's own `spec.resourceClaims` are a requirement of the whole group: every pending
+member is their user whether or not it lists them (allocated: they limit every member;
+unallocated: shared by all of them, even by one).
+
 A pod whose claim does not exist yet (or is being deleted) keeps its group waiting, with the
 claim named. `firstAvailable` requests make *variants*: the group is placed with the first
 alternative of every such request if it fits, else the next (KEP-4816, for the whole gang).
@@ -53,6 +57,8 @@ class ResolvedClaims:
     # Allocations that already exist (or were made earlier this cycle): only limit nodes.
     allocated: dict[Key, tuple[SelectorTerm, ...] | None]
     shared: dict[Key, list[Key]]  # unallocated claim -> its pending users
+    # The PodGroup's own claims (`spec.resourceClaims`): used by every member.
+    of_group: tuple[Key, ...] = ()
     choices: list[Choice] = field(default_factory=list)
     _specs: dict[
         tuple[int, tuple[tuple[Choice, int], ...]], tuple[ClaimSpec, list[Need], list[Alignment]]
@@ -74,10 +80,18 @@ class ResolvedClaims:
         return ClaimToAllocate(claim.namespace, claim.name, reduce(claim.spec, variant))
 
     def demand(self, pod: Pod, variant: Mapping[Choice, int]) -> Demand:
+        """What the pod's own claims ask of the devices (shared and allocated ones apart)."""
+        return self._demand([u.key for u in self.own(pod)], variant)
+
+    def claim_demand(self, key: Key, variant: Mapping[Choice, int]) -> Demand:
+        """What one claim asks of the devices, as if one pod had it alone."""
+        return self._demand([key], variant)
+
+    def _demand(self, keys: Sequence[Key], variant: Mapping[Choice, int]) -> Demand:
         needs: list[Need] = []
         alignments: list[Alignment] = []
-        for use in self.own(pod):
-            claim = self.claims[use.key]
+        for claim_key in keys:
+            claim = self.claims[claim_key]
             offset = len(needs)
             # Claims made from one template share its spec: work each spec out once.
             key = (id(claim.spec), tuple(sorted(variant.items())))
@@ -168,8 +182,10 @@ def resolve(
     pods: Sequence[Pod],
     claims: Mapping[Key, ResourceClaim],
     allocated_now: Mapping[Key, AllocationResult],
+    group_claims: Sequence[tuple[str, str | None]] = (),
 ) -> ResolvedClaims | WaitingForClaims:
-    """The group's claims, or why it must wait (a claim missing or being deleted)."""
+    """The group's claims, or why it must wait (a claim missing or being deleted).
+    `group_claims` are the PodGroup's own (entry name, claim name), in the pods' namespace."""
     uses: dict[Key, tuple[ClaimUse, ...]] = {}
     found: dict[Key, ResourceClaim] = {}
     users: dict[Key, list[Key]] = {}
@@ -196,13 +212,38 @@ def resolve(
             resolved.append(ClaimUse(entry.name, key))
             users.setdefault(key, []).append(pod.key)
         uses[pod.key] = tuple(resolved)
+    of_group: list[Key] = []
+    namespace = pods[0].namespace if pods else ""
+    for entry_name, name in group_claims:
+        # A native group's template claim: its members' entries equal the group's (KEP-5729),
+        # so a member's status may name the claim before the PodGroup's does.
+        name = name or next((n for p in pods if (n := p.claim_statuses.get(entry_name))), None)
+        if not name:
+            return WaitingForClaims(
+                f"PodGroup claim {entry_name}: waiting for its ResourceClaim to be created"
+            )
+        key = (namespace, name)
+        claim = claims.get(key)
+        if claim is None:
+            return WaitingForClaims(
+                f"PodGroup claim {entry_name}: waiting for ResourceClaim {namespace}/{name}"
+            )
+        if claim.deleting:
+            return WaitingForClaims(
+                f"PodGroup claim {entry_name}: ResourceClaim {namespace}/{name} is being deleted"
+            )
+        found[key] = claim
+        of_group.append(key)
+        # Every pending member is a user, listed or not.
+        listed = users.setdefault(key, [])
+        listed.extend(p.key for p in pods if p.key not in listed)
     allocated: dict[Key, tuple[SelectorTerm, ...] | None] = {}
     for key, claim in found.items():
         if key in allocated_now:
             allocated[key] = selector_terms(allocated_now[key].node_selector)
         elif claim.allocation is not None:
             allocated[key] = claim.allocation.node_selector
-    shared = {k: v for k, v in users.items() if k not in allocated and len(set(v)) > 1}
+    shared = {k: v for k, v in users.items() if k not in allocated and (len(set(v)) > 1 or k in of_group)}
     choices: list[Choice] = []
     for key, claim in found.items():
         if key in allocated:
@@ -212,7 +253,14 @@ def resolve(
                 choice = (request.name, tuple(s.name for s in request.first_available))
                 if choice not in choices:
                     choices.append(choice)
-    return ResolvedClaims(uses=uses, claims=found, allocated=allocated, shared=shared, choices=choices)
+    return ResolvedClaims(
+        uses=uses,
+        claims=found,
+        allocated=allocated,
+        shared=shared,
+        of_group=tuple(of_group),
+        choices=choices,
+    )
 
 
 def selector_terms(selector: Mapping[str, object] | None) -> tuple[SelectorTerm, ...] | None:
