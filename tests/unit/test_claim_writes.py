@@ -81,7 +81,8 @@ def test_plan_claims_reserves_a_podgroup_claim_its_members_do_not_list_for_the_g
     plain = [dra.claim_pod(f"w-{i}", "g", {}, uid=f"pod-{i}") for i in range(2)]
     fabric = claim_body("g-fabric", "5")
     objects = dra.dra_objects([dra.gpu_class(), dra.node_slice("a", dra.gpus(1)), fabric], plain)
-    decision = schedule_cycle(nodes=[node("a", gpu=0)], pods=plain, pod_groups=[group], dra=objects).decisions[0]
+    result = schedule_cycle(nodes=[node("a", gpu=0)], pods=plain, pod_groups=[group], dra=objects)
+    decision = result.decisions[0]
     assert decision.scheduled, decision.message
     claims = {("ml", "g-fabric"): parse_resource_claim(fabric)}
     [work] = plan_claims([(p, "a") for p in plain], decision.allocations, claims, group)
