@@ -14,7 +14,14 @@ kube-scheduler picks with its default gates) and DRA CEL on JSON requests. This 
   run time on some devices, allocated claims (some with adminAccess results), and one or two
   claims with `exactly`/`firstAvailable` requests, `All`, tolerations, adminAccess,
   matchAttribute/distinctAttribute constraints and config. Each is sent to a dra-oracle
-  co-process and run through `gather_pools` + `NodeAllocator`.
+  co-process and run through `gather_pools` + `NodeAllocator`. A second generator
+  (`in_motion`) adds a pool for several nodes: multi-host (one generation, a slice per host,
+  resourceSliceCount counting all, device names unique per host or pool-wide), or being moved
+  (generation g on some hosts, g+1 on the same or others, each complete or with slices not
+  published yet), published by nodeName or per device (nodeName or a selector on the host's
+  name). `pool_features` names what each case exercises, for the statistics
+  (`--hypothesis-show-statistics`); tests/unit/test_dra_table_bound.py checks the engine's
+  device counts on the same problems.
 - **Generated selectors** (hypothesis): expressions from a small grammar, evaluated on generated
   devices by the oracle's `cel` mode and by `SelectorEvaluator`.
 
@@ -414,7 +421,7 @@ def test_golden_allocations_match_upstream(name: str, index: int, request_: Json
 # --------------------------------------------------------------------------- object builders
 
 GPU, NIC = "gpu.example.com", "nic.example.com"
-NODE, OTHER_NODE = "node-1", "node-2"
+NODE, OTHER_NODE, THIRD_NODE = "node-1", "node-2", "node-3"
 GPU_LABEL_SELECTOR: Json = {
     "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["true"]}]}]
 }
@@ -507,11 +514,18 @@ NODE_PLACEMENTS: list[Json] = [
     {"allNodes": True},
     {"perDeviceNodeSelection": True},
 ]
+OTHER_NAME_SELECTOR: Json = {
+    "nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [OTHER_NODE]}]}
+    ]
+}
 DEVICE_PLACEMENTS: list[Json] = [
     {"nodeName": NODE},
     {"nodeName": OTHER_NODE},
     {"allNodes": True},
     {"nodeSelector": GPU_LABEL_SELECTOR},
+    {"nodeSelector": NAME_SELECTOR},
+    {"nodeSelector": OTHER_NAME_SELECTOR},
 ]
 
 
@@ -629,6 +643,127 @@ def _slices(draw: st.DrawFn) -> tuple[list[Json], list[tuple[str, str, str]]]:
     return draw(st.permutations(slices)), ids
 
 
+def _name_is(node: str) -> Json:
+    return {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+    }
+
+
+@st.composite
+def _host_slices(
+    draw: st.DrawFn, driver: str, pool: str, generation: int, hosts: Sequence[str], count: int, first: int
+) -> tuple[list[Json], list[Json]]:
+    """One generation of a pool published host by host: a slice per host (its nodeName, or per
+    device nodeName), or one per-device slice for all hosts; device names unique per host
+    only, or pool-wide. The slices, and their devices."""
+    repeat_names = _one_in(draw, 3)
+    per_device = _one_in(draw, 3)
+    one_slice = per_device and len(hosts) > 1 and draw(st.booleans())
+    slices: list[Json] = []
+    everything: list[Json] = []
+    grouped: list[Json] = []
+    for h, host in enumerate(hosts):
+        devices = []
+        for k in range(draw(st.integers(1, 2))):
+            name = f"d{k}" if repeat_names else f"d{first + 10 * h + k}"
+            device = draw(_device(name, None, False))
+            if per_device:  # the host by name, or by a selector on its name
+                device.update(draw(st.sampled_from([{"nodeName": host}, {"nodeSelector": _name_is(host)}])))
+            devices.append(device)
+        everything += devices
+        if one_slice:
+            grouped += devices
+            continue
+        where: Json = {"perDeviceNodeSelection": True} if per_device else {"nodeName": host}
+        slices.append(
+            _slice(f"{pool}-g{generation}-{host}", driver, pool, where, count, generation, devices=devices)
+        )
+    if one_slice:
+        if repeat_names:  # one slice may not repeat a name: number them per slice
+            for k, device in enumerate(grouped):
+                device["name"] = f"d{k}"
+        where = {"perDeviceNodeSelection": True}
+        slices.append(
+            _slice(f"{pool}-g{generation}-all", driver, pool, where, count, generation, devices=grouped)
+        )
+    return slices, everything
+
+
+@st.composite
+def _pool_in_motion(draw: st.DrawFn, driver: str, pool: str) -> tuple[list[Json], list[tuple[str, str, str]]]:
+    """A pool whose slices are for several nodes: a multi-host pool (one generation, a slice
+    per host, resourceSliceCount counting all), or one being moved (generation g on some
+    hosts, g+1 on the same or other hosts, each complete or not: some slices not published
+    yet)."""
+    hosts_of = st.sampled_from(
+        [[NODE], [OTHER_NODE], [NODE, OTHER_NODE], [OTHER_NODE, THIRD_NODE], [NODE, THIRD_NODE]]
+    )
+    generation = draw(st.integers(1, 2))
+    old_hosts = draw(hosts_of)
+    missing = _one_in(draw, 4)
+    slices, devices = draw(_host_slices(driver, pool, generation, old_hosts, len(old_hosts) + missing, 0))
+    if draw(st.booleans()):  # moved: a newer generation on other (or overlapping) hosts
+        new_hosts = draw(hosts_of)
+        missing = _one_in(draw, 3)
+        more, new_devices = draw(
+            _host_slices(driver, pool, generation + 1, new_hosts, len(new_hosts) + missing, 100)
+        )
+        slices += more
+        devices += new_devices
+    ids = list(dict.fromkeys((driver, pool, d["name"]) for d in devices))
+    return slices, ids
+
+
+def pool_features(request: Mapping[str, Any]) -> list[str]:
+    """What a generated problem exercises, for the statistics (`event`)."""
+    node = request["node"] if isinstance(request["node"], str) else request["node"]["metadata"]["name"]
+    by_pool: dict[tuple[str, str], list[Json]] = {}
+    out: set[str] = set()
+    for raw in request.get("resourceSlices") or ():
+        spec = raw["spec"]
+        by_pool.setdefault((spec["driver"], spec["pool"]["name"]), []).append(spec)
+        if spec.get("perDeviceNodeSelection"):
+            for device in spec.get("devices") or ():
+                if "nodeName" in device:
+                    out.add(
+                        f"per-device nodeName ({'asked' if device['nodeName'] == node else 'other'} node)"
+                    )
+                elif "nodeSelector" in device:
+                    out.add("per-device nodeSelector")
+                elif device.get("allNodes"):
+                    out.add("per-device allNodes")
+
+    def hosts(spec: Json) -> set[str]:
+        if spec.get("nodeName"):
+            return {spec["nodeName"]}
+        named = {d["nodeName"] for d in spec.get("devices") or () if "nodeName" in d}
+        return named | {
+            value
+            for d in spec.get("devices") or ()
+            for term in (d.get("nodeSelector") or {}).get("nodeSelectorTerms", ())
+            for field in term.get("matchFields", ())
+            for value in field["values"]
+        }
+
+    for specs in by_pool.values():
+        generations = sorted({s["pool"]["generation"] for s in specs})
+        newest = [s for s in specs if s["pool"]["generation"] == generations[-1]]
+        placed = set().union(*(hosts(s) for s in newest))
+        if len(placed) > 1 and newest[0]["pool"]["resourceSliceCount"] > 1:
+            out.add("multi-host pool")
+            names = [d["name"] for s in newest for d in s.get("devices") or ()]
+            if len(names) != len(set(names)):
+                out.add("multi-host pool, names repeated across hosts")
+        if len(generations) > 1:
+            old = [s for s in specs if s["pool"]["generation"] == generations[0]]
+            if set().union(*(hosts(s) for s in old)) != placed:
+                complete = len(newest) >= newest[0]["pool"]["resourceSliceCount"]
+                out.add(
+                    f"pool moved between nodes, new generation {'complete' if complete else 'incomplete'}"
+                )
+    return sorted(out)
+
+
 @st.composite
 def _sub_request(draw: st.DrawFn, classes: Sequence[str], *, exact: bool) -> Json:
     sub: Json = {"deviceClassName": draw(st.sampled_from(classes))}
@@ -685,8 +820,15 @@ def _claim_to_allocate(draw: st.DrawFn, index: int, classes: Sequence[str]) -> J
 
 
 @st.composite
-def allocation_problems(draw: st.DrawFn) -> Json:
+def allocation_problems(draw: st.DrawFn, *, in_motion: bool = False) -> Json:
+    """`in_motion`: a pool for several nodes (`_pool_in_motion`) besides (sometimes instead of) the others."""
     slices, ids = draw(_slices())
+    if in_motion:
+        driver = draw(st.sampled_from([GPU, GPU, NIC]))
+        moving, moving_ids = draw(_pool_in_motion(driver, f"{driver.split('.')[0]}-m"))
+        if _one_in(draw, 3):
+            slices, ids = [], []
+        slices, ids = draw(st.permutations([*slices, *moving])), [*ids, *moving_ids]
     extra = draw(st.lists(st.sampled_from(["any", "numa0", "big"]), min_size=0, max_size=2, unique=True))
     class_names = ["gpu", *extra]
     classes = []
@@ -736,6 +878,25 @@ def test_generated_allocations_match_upstream(oracle_process: Oracle | None, pro
     oracle = _need(oracle_process)
     label = compare(problem, oracle.ask(problem), run_port(problem))
     event(label)
+    for feature in pool_features(problem):
+        event(f"{feature}: {label}")
+
+
+@settings(
+    max_examples=400,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+@given(problem=allocation_problems(in_motion=True))
+def test_generated_pools_in_motion_match_upstream(oracle_process: Oracle | None, problem: Json) -> None:
+    """Pools for several nodes, being moved or not, per-device node selection among them."""
+    oracle = _need(oracle_process)
+    label = compare(problem, oracle.ask(problem), run_port(problem))
+    event(label)
+    for feature in pool_features(problem):
+        event(f"{feature}: {label}")
 
 
 def test_counters_are_per_driver_and_pool(oracle_process: Oracle | None) -> None:

@@ -37,7 +37,7 @@ from gangsched.engine.dra.allocator import (
     taint_blocks,
 )
 from gangsched.engine.dra.cel import CelCompileError, SelectorEvaluator
-from gangsched.engine.dra.pools import DeviceId, Pool, gather_pools, node_matches
+from gangsched.engine.dra.pools import DeviceId, Pool, gather_pools, node_matches, usable_slice_ids
 from gangsched.model import Key, Node
 from gangsched.model.dra import (
     Allocation,
@@ -103,11 +103,25 @@ class Match:
 
 
 class DeviceTable:
-    """All devices of the newest generation of every pool, as parallel arrays.
+    """All devices of every pool generation some node may allocate from, as parallel arrays.
 
-    `usable` is False for devices of incomplete or invalid pools (not allocated from, as
-    upstream). Devices are in pool order (driver, pool), then slice name, then slice order: the
-    allocator's own first-fit order.
+    Which devices a node may use is upstream's per-node answer (`pools.gather_pools`), not a
+    cluster-wide one: a pool being moved from node A to node B (generation 1 on A, 2 on B)
+    serves A from generation 1 and B from 2, and a multi-host pool may repeat device names
+    across hosts' slices. Most pools are *settled* (one generation, as many slices as
+    `resourceSliceCount`, valid as a whole): every node sees its part of that one generation,
+    so a device serves the nodes it reaches and nothing is decided per node. The others
+    (*unsettled*: being updated, incomplete, or valid only node by node) keep every
+    generation's slices in the table, and `node_view` narrows what reaches each node to the
+    slices its own GatherPools would allocate from (cached per node while its labels stay).
+
+    `usable` is False for devices no node can ever use: their generation has fewer slices than
+    its `resourceSliceCount` cluster-wide (incomplete everywhere, as upstream, which does not
+    allocate from incomplete pools). One DeviceId may have several rows (the same device
+    name in two generations, or on two hosts of a multi-host pool): upstream's allocated
+    state is by DeviceId, so all of them are in use together (`rows_of`). Devices are in pool
+    order (driver, pool), then (for unsettled pools, newest generation first) slice name,
+    then slice order: the allocator's own first-fit order.
     """
 
     def __init__(self, slices: Sequence[ResourceSlice]) -> None:
@@ -122,7 +136,8 @@ class DeviceTable:
             else:
                 self.other_slices.append(slice_)
         self.entries: list[tuple[ResourceSlice, Device]] = []
-        self.ids: dict[DeviceId, int] = {}
+        self.ids: dict[DeviceId, int] = {}  # the first row of each device
+        self._rows: dict[DeviceId, list[int]] = {}
         usable: list[bool] = []
         self.node_names: list[str | None] = []
         self.pool_keys: list[tuple[str, str]] = []
@@ -130,17 +145,29 @@ class DeviceTable:
         # Devices reached through a selector or allNodes rather than a node name, by reach.
         self.network: dict[tuple[str, str], list[int]] = {}
         self.network_reach: dict[tuple[str, str], tuple[ResourceSlice, Device | None]] = {}
+        self.network_key: dict[int, tuple[str, str]] = {}  # row -> its key in `network`
+        # Slices of unsettled pools: which of them a node uses is decided per node.
+        self.unsettled_slices: list[ResourceSlice] = []
+        self._unsettled_rows: list[int] = []
+        self._unsettled_reach: set[tuple[str, str]] = set()
         for key in sorted(self.by_pool):
             pool_slices = self.by_pool[key]
-            newest = max(s.generation for s in pool_slices)
-            current = sorted((s for s in pool_slices if s.generation == newest), key=lambda s: s.name)
-            ok = len(current) == current[0].slice_count and self._valid(key, current)
+            settled = self._settled(key, pool_slices)
+            if settled:
+                current = sorted(pool_slices, key=lambda s: s.name)
+            else:
+                current = sorted(pool_slices, key=lambda s: (-s.generation, s.name))
+                self.unsettled_slices += current
+                self.counter_sets[key] = _counter_bound(pool_slices)
+            complete = _complete_generations(pool_slices)
             for slice_ in current:
                 for device in slice_.devices:
                     index = len(self.entries)
                     self.entries.append((slice_, device))
-                    self.ids.setdefault((slice_.driver, slice_.pool, device.name), index)
-                    usable.append(ok)
+                    device_id = (slice_.driver, slice_.pool, device.name)
+                    self.ids.setdefault(device_id, index)
+                    self._rows.setdefault(device_id, []).append(index)
+                    usable.append(slice_.generation in complete)
                     self.pool_keys.append(key)
                     if slice_.per_device_node_selection:
                         name = device.node_name
@@ -153,6 +180,11 @@ class DeviceTable:
                     if not name:
                         self.network.setdefault(reach, []).append(index)
                         self.network_reach[reach] = holder
+                        self.network_key[index] = reach
+                        if not settled:
+                            self._unsettled_reach.add(reach)
+                    elif not settled:
+                        self._unsettled_rows.append(index)
         self.size = len(self.entries)
         self.usable = np.array(usable, dtype=bool)
         # Node names as codes, so a cycle maps them to snapshot rows with one lookup per node.
@@ -168,6 +200,15 @@ class DeviceTable:
         self._attributes: dict[str, tuple[IntArray, list[tuple[str, object]]]] = {}
         self._blocked: dict[tuple[DeviceToleration, ...], BoolArray] = {}
         self._pools: dict[str, tuple[tuple[tuple[str, str], ...], list[Pool]]] = {}
+        self._usable_at: dict[str, tuple[tuple[tuple[str, str], ...], frozenset[int]]] = {}
+
+    def _settled(self, key: tuple[str, str], pool_slices: list[ResourceSlice]) -> bool:
+        """One generation, all its slices there, valid as a whole (then valid from every node:
+        each node checks a subset). Records the pool's counter sets."""
+        generation = pool_slices[0].generation
+        return all(
+            s.generation == generation and s.slice_count == len(pool_slices) for s in pool_slices
+        ) and self._valid(key, pool_slices)
 
     def _valid(self, key: tuple[str, str], current: list[ResourceSlice]) -> bool:
         names: set[str] = set()
@@ -189,6 +230,49 @@ class DeviceTable:
                         return False
         self.counter_sets[key] = counters
         return True
+
+    def rows_of(self, device_id: DeviceId) -> list[int]:
+        """Every row of a device (see the class docstring); none for a device not in the table."""
+        return self._rows.get(device_id, [])
+
+    # ------------------------------------------------------------------ nodes
+
+    def node_view(
+        self, nodes: Sequence[Node], index: Mapping[str, int]
+    ) -> tuple[IntArray, dict[tuple[str, str], BoolArray]]:
+        """Per device, the row in `nodes` of the node it is local to (-1: not node-local, no
+        such node, or that node does not allocate from its slice), and per network reach, the
+        nodes it serves: its node selection, narrowed for unsettled pools to the nodes whose
+        GatherPools allocates from its slice."""
+        rows = np.array([index.get(name, -1) for name in self.node_name_list] + [-1], dtype=np.int64)
+        node_of = rows[self.node_codes]
+        reach: dict[tuple[str, str], BoolArray] = {}
+        for key, (slice_, device) in self.network_reach.items():
+            if device is not None:
+                args = (device.node_name, device.all_nodes, device.node_selector)
+            else:
+                args = (slice_.node_name, slice_.all_nodes, slice_.node_selector)
+            reach[key] = np.array([node_matches(n, *args) for n in nodes], dtype=bool)
+        for i in self._unsettled_rows:
+            row = int(node_of[i])
+            if row >= 0 and id(self.entries[i][0]) not in self.usable_slice_ids(nodes[row]):
+                node_of[i] = -1
+        for key in self._unsettled_reach:
+            slice_id = id(self.network_reach[key][0])
+            served = reach[key]
+            for at in np.flatnonzero(served):
+                if slice_id not in self.usable_slice_ids(nodes[int(at)]):
+                    served[at] = False
+        return node_of, reach
+
+    def usable_slice_ids(self, node: Node) -> frozenset[int]:
+        """Which slices of unsettled pools `node` allocates from (cached while its labels stay)."""
+        labels = tuple(sorted(node.labels.items()))
+        cached = self._usable_at.get(node.name)
+        if cached is None or cached[0] != labels:
+            cached = (labels, usable_slice_ids(node, self.unsettled_slices, self.by_pool))
+            self._usable_at[node.name] = cached
+        return cached[1]
 
     # ------------------------------------------------------------------ selectors
 
@@ -233,7 +317,7 @@ class DeviceTable:
         cached = self._allocated.get(id(allocation))
         if cached is None or cached[0] is not allocation:
             ids = [d.device_id for d in allocation.devices if not d.admin_access]
-            rows = np.array([r for r in (self.ids.get(i) for i in ids) if r is not None], dtype=np.int64)
+            rows = np.array([r for i in ids for r in self.rows_of(i)], dtype=np.int64)
             if len(self._allocated) > 100_000:
                 self._allocated.clear()
             cached = (allocation, ids, rows)
@@ -289,6 +373,29 @@ def _renamed(match: Match, class_name: str, claim: str) -> Match:
         failures={i: rename(f) for i, f in match.failures.items()},
         compile_failure=rename(match.compile_failure) if match.compile_failure else None,
     )
+
+
+def _complete_generations(pool_slices: Sequence[ResourceSlice]) -> set[int]:
+    """Generations of a pool with at least as many slices as their `resourceSliceCount`: only
+    those can be complete for some node (a node counts the slices it sees, or all of them)."""
+    seen = Counter(s.generation for s in pool_slices)
+    wanted: dict[int, int] = {}
+    for slice_ in pool_slices:
+        wanted[slice_.generation] = min(wanted.get(slice_.generation, slice_.slice_count), slice_.slice_count)
+    return {generation for generation, count in seen.items() if count >= wanted[generation]}
+
+
+def _counter_bound(pool_slices: Sequence[ResourceSlice]) -> dict[str, dict[str, int]]:
+    """An unsettled pool's counter sets for counting: each counter at the most any generation
+    offers, so the count stays an upper bound whichever generation a node uses (the exact
+    allocation checks the node's own)."""
+    bound: dict[str, dict[str, int]] = {}
+    for slice_ in pool_slices:
+        for counter_set in slice_.shared_counters:
+            counters = bound.setdefault(counter_set.name, {})
+            for name, value in counter_set.counters.items():
+                counters[name] = max(counters.get(name, value), value)
+    return bound
 
 
 class DeviceCaches:
@@ -368,16 +475,9 @@ class DeviceState:
         self.table = caches.table(objects.slices)
         self.evaluator = caches.evaluator
         table = self.table
-        # Per device, its node's row in this snapshot (-1: not node-local, or no such node).
-        rows = np.array([index.get(name, -1) for name in table.node_name_list] + [-1], dtype=np.int64)
-        self.node_of = rows[table.node_codes]
-        self.reach: dict[tuple[str, str], BoolArray] = {}
-        for key, (slice_, device) in table.network_reach.items():
-            if device is not None:
-                args = (device.node_name, device.all_nodes, device.node_selector)
-            else:
-                args = (slice_.node_name, slice_.all_nodes, slice_.node_selector)
-            self.reach[key] = np.array([node_matches(n, *args) for n in nodes], dtype=bool)
+        # Per device, its node's row in this snapshot (-1: not node-local, or no such node, or
+        # its node does not allocate from it); per network reach, the nodes it serves.
+        self.node_of, self.reach = table.node_view(nodes, index)
         self.in_use: set[DeviceId] = set()
         self.free = table.usable.copy()
         for claim in objects.claims.values():
@@ -386,10 +486,10 @@ class DeviceState:
                 self.in_use.update(ids)
                 self.free[rows_in_use] = False
         for device_id in objects.unavailable:
-            row = table.ids.get(device_id)
-            if row is not None:
+            rows = table.rows_of(device_id)
+            if rows:
                 self.in_use.add(device_id)
-                self.free[row] = False
+                self.free[rows] = False
         self._counters: dict[tuple[str, str], dict[str, dict[str, int]]] | None = None
 
     def fork(self, freed: Sequence[DeviceId] = ()) -> DeviceState:
@@ -400,10 +500,9 @@ class DeviceState:
         fork.in_use = set(self.in_use)
         fork._counters = None  # recomputed from what is in use now
         for device in freed:
-            row = self.table.ids.get(device)
             fork.in_use.discard(device)
-            if row is not None and self.table.usable[row]:
-                fork.free[row] = True
+            for row in self.table.rows_of(device):
+                fork.free[row] = bool(self.table.usable[row])
         return fork
 
     # ------------------------------------------------------------------ matching
@@ -435,10 +534,8 @@ class DeviceState:
         return out
 
     def _reaches_any(self, i: int, nodes: BoolArray) -> bool:
-        for key, members in self.table.network.items():
-            if i in members:
-                return bool((self.reach[key] & nodes).any())
-        return False
+        key = self.table.network_key.get(i)
+        return key is not None and bool((self.reach[key] & nodes).any())
 
     # ------------------------------------------------------------------ counting
 
@@ -526,28 +623,39 @@ class DeviceState:
         for j, count in plain.items():
             selected = oks[j]
             assert selected is not None
-            slots = np.minimum(slots, self._counted(selected) // count)
+            slots = np.minimum(slots, self._counted(selected, ignore_use=ignore_use) // count)
         for alignment in demand.alignments:
             slots = np.minimum(slots, self._aligned(demand, alignment, oks))
         return slots
 
-    def _counted(self, ok: BoolArray) -> IntArray:
-        """Devices per node, where partitionable devices count no more than their counters allow."""
+    def _counted(self, ok: BoolArray, *, ignore_use: bool = False) -> IntArray:
+        """Devices per node, where partitionable devices count no more than their counters allow.
+
+        A pool's counters are shared by all its devices, node-local or reaching the node through
+        a selector or allNodes (the usual shape of per-device node selection), so per node the
+        devices of one (pool, counter set) that reach it count together, up to what the
+        counters hold for the smallest of them. `ignore_use` counts on the counters' full
+        values (the node when empty)."""
         if not self.table.counter_devices:
             return self._counts(ok)
+        n = len(self.nodes)
         plain = ok.copy()
         plain[self.table.counter_devices] = False
         counts = self._counts(plain)
-        left = self.available_counters()
-        groups: dict[tuple[tuple[str, str], str, int], list[int]] = {}
+        left = self.table.counter_sets if ignore_use else self.available_counters()
+        groups: dict[tuple[tuple[str, str], str], list[int]] = {}
         for i in self.table.counter_devices:
             if ok[i]:
                 device = self.table.entries[i][1]
                 first = device.consumes_counters[0].counter_set
-                groups.setdefault((self.table.pool_keys[i], first, int(self.node_of[i])), []).append(i)
-        for (pool, counter_set, node), members in groups.items():
-            if node < 0:
-                continue
+                groups.setdefault((self.table.pool_keys[i], first), []).append(i)
+        for (pool, counter_set), members in groups.items():
+            local = [i for i in members if self.node_of[i] >= 0]
+            reaching = np.bincount(self.node_of[local], minlength=n).astype(np.int64)[:n]
+            for i in members:
+                key = self.table.network_key.get(i)
+                if key is not None:
+                    reaching += self.reach[key]
             fit = len(members)
             available = left.get(pool, {}).get(counter_set, {})
             for name, have in available.items():
@@ -562,7 +670,7 @@ class DeviceState:
                 )
                 if least > 0:
                     fit = min(fit, max(have, 0) // least)
-            counts[node] += fit
+            counts += np.minimum(reaching, fit)
         return counts
 
     def _aligned(self, demand: Demand, alignment: Alignment, oks: list[BoolArray | None]) -> IntArray:
@@ -675,8 +783,7 @@ class DeviceState:
                 if device.admin_access:
                     continue
                 self.in_use.add(device.device_id)
-                i = self.table.ids.get(device.device_id)
-                if i is not None:
+                for i in self.table.rows_of(device.device_id):
                     self.free[i] = False
                     if device.entry.consumes_counters:
                         self._counters = None
@@ -688,8 +795,7 @@ class DeviceState:
                 if device.admin_access:
                     continue
                 self.in_use.discard(device.device_id)
-                i = self.table.ids.get(device.device_id)
-                if i is not None:
+                for i in self.table.rows_of(device.device_id):
                     self.free[i] = bool(self.table.usable[i])
                     if device.entry.consumes_counters:
                         self._counters = None

@@ -8,6 +8,14 @@ counts; a pool is complete when it has `resourceSliceCount` slices of that gener
 allocated from; pools with duplicate device names or broken counter references are invalid.
 Pools are ordered by (driver, pool), those with binding-condition devices last; slices by
 name; devices in slice order: the allocator's first-fit order.
+
+Which generation counts is decided per node, not cluster-wide: a driver moving a pool from
+node A to node B publishes generation 2 on B while A still has generation 1, and upstream
+allocates from both (from A only generation 1 is relevant, and it is complete by itself). A
+newer generation elsewhere only matters when this node's slices do not complete the pool on
+their own (then the pool is obsolete here and ignored). Device names must be unique among the
+slices a node uses, not pool-wide: a multi-host pool may repeat names across hosts' slices.
+`DeviceTable` counts with the same per-node answer (`usable_slice_ids`).
 """
 
 from __future__ import annotations
@@ -92,6 +100,21 @@ def gather_pools(
             pools.append(pool)
     pools.sort(key=lambda p: (p.has_binding_conditions, p.driver, p.name))
     return pools
+
+
+def usable_slice_ids(
+    node: Node,
+    candidates: Sequence[ResourceSlice],
+    by_pool: Mapping[tuple[str, str], Sequence[ResourceSlice]],
+) -> frozenset[int]:
+    """The ids of the device slices `node` may allocate from: those of its complete, valid
+    pools (`gather_pools` over `candidates`, which may include slices of other nodes)."""
+    return frozenset(
+        id(slice_)
+        for pool in gather_pools(node, candidates, by_pool)
+        if not pool.incomplete and pool.invalid is None
+        for slice_ in pool.slices
+    )
 
 
 def _build(
