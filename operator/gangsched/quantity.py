@@ -2,6 +2,10 @@
 
 Every resource (cpu, memory, pods, extended resources) is kept in milli-units so one
 int64 matrix holds them all without float rounding, as kube-scheduler's MilliValue does.
+
+DRA consumable capacity is the exception (`parse_nano`): upstream's allocator compares and adds
+`resource.Quantity` values exactly, and a Quantity is exact to the nano-unit (parsing rounds up
+below that), so those amounts are integers in nano-units; `units_rounded_up` is `Quantity.Value()`.
 """
 
 from __future__ import annotations
@@ -46,14 +50,42 @@ def parse_milli(value: object) -> int:
     if type(value) is str:
         milli = _PARSED.get(value)
         if milli is None:
-            milli = _parse_milli(value)
+            milli = _parse_scaled(value)
             if len(_PARSED) < _PARSED_MAX:
                 _PARSED[value] = milli
         return milli
-    return _parse_milli(value)
+    return _parse_scaled(value)
 
 
-def _parse_milli(value: object) -> int:
+def parse_nano(value: object) -> int:
+    """Parse a quantity into nano-units, rounding up: exactly the value a resource.Quantity holds."""
+    return _parse_scaled(value, scale=10**9, limit=2**62 * 10**6)
+
+
+def units_rounded_up(nano: int) -> int:
+    """resource.Quantity.Value(): whole units, rounded up (a non-negative amount)."""
+    return -(-nano // 10**9)
+
+
+_BINARY_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+def format_nano(nano: int) -> str:
+    """A quantity string for `nano` nano-units: whole units with the largest binary suffix that
+    divides them (as a BinarySI Quantity prints), else milli, micro or nano units."""
+    if nano % 10**9 == 0:
+        units = nano // 10**9
+        for suffix, size in _BINARY_SUFFIXES:
+            if units and units % size == 0:
+                return f"{units // size}{suffix}"
+        return str(units)
+    for suffix, size in (("m", 10**6), ("u", 10**3)):
+        if nano % size == 0:
+            return f"{nano // size}{suffix}"
+    return f"{nano}n"
+
+
+def _parse_scaled(value: object, *, scale: int = 1000, limit: int = 2**62) -> int:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise QuantityError(f"invalid quantity {value!r}")
     try:
@@ -77,9 +109,9 @@ def _parse_milli(value: object) -> int:
             raise QuantityError(f"invalid quantity {value!r}")
         if amount < 0:
             raise QuantityError(f"negative quantity {value!r}")
-        milli = (amount * 1000).to_integral_value(ROUND_CEILING)
+        scaled = (amount * scale).to_integral_value(ROUND_CEILING)
     except (DecimalException, OverflowError):  # e.g. an exponent beyond Decimal's range
         raise QuantityError(f"invalid quantity {value!r}") from None
-    if milli > 2**62:
+    if scaled > limit:
         raise QuantityError(f"quantity {value!r} is too large")
-    return int(milli)
+    return int(scaled)

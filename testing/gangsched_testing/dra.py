@@ -70,13 +70,21 @@ def device(
     capacity: Mapping[str, str] | None = None,
     taints: Sequence[Mapping[str, str]] = (),
     consumes: Mapping[str, Mapping[str, str]] | None = None,
+    shared: bool = False,
+    policies: Mapping[str, Manifest] | None = None,
 ) -> Manifest:
-    """One device; `consumes` maps counter set -> counter -> quantity."""
+    """One device; `consumes` maps counter set -> counter -> quantity. A `shared` device
+    (allowMultipleAllocations) is shared by claims within its capacity, each capacity under its
+    requestPolicy from `policies`."""
     out: Manifest = {"name": name}
     if attrs:
         out["attributes"] = attributes(attrs)
     if capacity:
         out["capacity"] = {k: {"value": v} for k, v in capacity.items()}
+        for k, policy in (policies or {}).items():
+            out["capacity"][k]["requestPolicy"] = dict(policy)
+    if shared:
+        out["allowMultipleAllocations"] = True
     if taints:
         out["taints"] = [dict(t) for t in taints]
     if consumes:
@@ -144,8 +152,10 @@ def request(
     all_devices: bool = False,
     admin: bool = False,
     tolerations: Sequence[Mapping[str, str]] = (),
+    capacity: Mapping[str, str] | None = None,
 ) -> Manifest:
-    """A request with `exactly` (use :func:`first_available` for a prioritized list)."""
+    """A request with `exactly` (use :func:`first_available` for a prioritized list);
+    `capacity`: capacity.requests, the share of a shared device it takes."""
     exactly: Manifest = {"deviceClassName": device_class}
     if selectors:
         exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
@@ -157,6 +167,8 @@ def request(
         exactly["adminAccess"] = True
     if tolerations:
         exactly["tolerations"] = [dict(t) for t in tolerations]
+    if capacity:
+        exactly["capacity"] = {"requests": dict(capacity)}
     return {"name": name, "exactly": exactly}
 
 

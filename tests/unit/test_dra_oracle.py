@@ -13,24 +13,31 @@ kube-scheduler picks with its default gates) and DRA CEL on JSON requests. This 
   shared counters), taints, binding conditions, classes with selectors of which some fail at
   run time on some devices, allocated claims (some with adminAccess results), and one or two
   claims with `exactly`/`firstAvailable` requests, `All`, tolerations, adminAccess,
-  matchAttribute/distinctAttribute constraints and config. Each is sent to a dra-oracle
-  co-process and run through `gather_pools` + `NodeAllocator`. A second generator
-  (`in_motion`) adds a pool for several nodes: multi-host (one generation, a slice per host,
-  resourceSliceCount counting all, device names unique per host or pool-wide), or being moved
-  (generation g on some hosts, g+1 on the same or others, each complete or with slices not
-  published yet), published by nodeName or per device (nodeName or a selector on the host's
-  name). `pool_features` names what each case exercises, for the statistics
-  (`--hypothesis-show-statistics`); tests/unit/test_dra_table_bound.py checks the engine's
-  device counts on the same problems.
+  matchAttribute/distinctAttribute constraints and config. Consumable capacity: half the
+  devices `allowMultipleAllocations`, with memory and bandwidth capacities under request
+  policies (default, validValues, validRange with and without a step, a step counted in whole
+  units), requests with `capacity.requests` (some naming a capacity a device lacks), allocated
+  claims whose results carry a shareID with or without consumedCapacity (also on unshared
+  devices), and two claims alike that share devices. Each is sent to a dra-oracle co-process
+  and run through `gather_pools` + `NodeAllocator`; `test_generated_cases_exercise_consumable_capacity`
+  prints how many cases met each consumable-capacity situation and asserts a floor.
+  A second generator (`in_motion`) adds a pool for several nodes: multi-host (one
+  generation, a slice per host, resourceSliceCount counting all, device names unique per host
+  or pool-wide), or being moved (generation g on some hosts, g+1 on the same or others, each
+  complete or with slices not published yet), published by nodeName or per device (nodeName
+  or a selector on the host's name). `pool_features` names what each case exercises, for the
+  statistics (`--hypothesis-show-statistics`); tests/unit/test_dra_table_bound.py checks the
+  engine's device counts on the same problems.
 - **Generated selectors** (hypothesis): expressions from a small grammar, evaluated on generated
   devices by the oracle's `cel` mode and by `SelectorEvaluator`.
 
 **What must agree.** The outcome: allocations, `allocations: null`, or an error. Our
 `FailedOnNodeError` is upstream's `failedOnNode`; any other `AllocationError` is `allocate`.
 On success, the whole allocation JSON: results with request names (`req/sub` for alternatives),
-devices, tolerations, adminAccess and binding conditions, config entries in order, nodeSelector.
-Ignored: `shareID`, `consumedCapacity`, timings and error messages (only their kind counts;
-the messages are close but CEL texts differ). For selectors: whether each compiles, and per
+devices, tolerations, adminAccess and binding conditions, `consumedCapacity` (by value),
+whether a result has a `shareID` (its value is random), config entries in order, nodeSelector.
+Ignored: timings and error messages (only their kind counts; the messages are close but CEL
+texts differ). For selectors: whether each compiles, and per
 device whether it matches, does not match, or fails at run time.
 
 **Known, intended differences** (`engine/dra/allocator.py` docstring), never silently skipped:
@@ -51,9 +58,10 @@ device whether it matches, does not match, or fails at run time.
 
   Upstream duplicates where no distinct constraint covers a multi-device request fail the test:
   that would be a bug we do not know.
-- *Consumable capacity.* gangsched never shares an `allowMultipleAllocations` device. Golden
-  case `allocate-consumable-capacity[0]` asserts that difference; generated devices never set
-  the field.
+- *Consumable capacity*: none. The one shortcut not reproduced is `violatesPolicy` letting a
+  value through when it equals the default *as a struct* (Go `==` on Quantity); API validation
+  makes the default valid under its policy, so for valid objects value equality is the same
+  answer, and generated policies are valid.
 - *Counters of same-named pools.* Upstream caches available and consumed counters by pool name
   alone (`checkAvailableCounters`: `alloc.availableCounters[poolName]`), so two drivers
   publishing a pool of the same name share counter sets; gangsched keys them by (driver, pool).
@@ -94,6 +102,8 @@ from gangsched.engine.dra.allocator import (
     ClaimToAllocate,
     FailedOnNodeError,
     NodeAllocator,
+    SharedUse,
+    gather_allocated,
     lookup_attribute,
 )
 from gangsched.engine.dra.cel import SelectorEvaluator
@@ -107,6 +117,7 @@ from gangsched.model.dra import (
     parse_resource_slice,
 )
 from gangsched.model.node import Node, parse_node
+from gangsched.quantity import parse_nano
 from gangsched_testing import ci
 
 Json = dict[str, Any]
@@ -198,14 +209,18 @@ def _node(value: Any) -> Node:
     return parse_node(value)
 
 
-def _in_use(allocated_claims: Sequence[Mapping[str, Any]]) -> set[DeviceId]:
-    """kube-scheduler's allocated state: every result of an allocated claim, except adminAccess ones."""
+def _allocated_state(
+    allocated_claims: Sequence[Mapping[str, Any]],
+) -> tuple[set[DeviceId], dict[DeviceId, SharedUse]]:
+    """kube-scheduler's allocated state: devices of results without a shareID are in use, those
+    with one hold a share (and its consumedCapacity); adminAccess results hold nothing."""
     in_use: set[DeviceId] = set()
+    shared: dict[DeviceId, SharedUse] = {}
     for raw in allocated_claims:
         claim = parse_resource_claim(raw)
         if claim.allocation is not None:
-            in_use.update(d.device_id for d in claim.allocation.devices if not d.admin_access)
-    return in_use
+            gather_allocated(claim.allocation.devices, in_use, shared)
+    return in_use, shared
 
 
 def run_port(request: Mapping[str, Any]) -> Json:
@@ -220,13 +235,15 @@ def run_port(request: Mapping[str, Any]) -> Json:
     by_pool: dict[tuple[str, str], list[ResourceSlice]] = {}
     for s in slices:
         by_pool.setdefault((s.driver, s.pool), []).append(s)
+    in_use, shares = _allocated_state(request.get("allocatedClaims") or ())
     try:
         allocator = NodeAllocator(
             node=node,
             pools=gather_pools(node, [*on_node, *shared], by_pool),
             classes=classes,
-            in_use=_in_use(request.get("allocatedClaims") or ()),
+            in_use=in_use,
             matcher=SelectorEvaluator().matches,  # fresh: generated slices reuse names
+            shared=shares,
         )
         results = allocator.allocate([ClaimToAllocate(c.namespace, c.name, c.spec) for c in claims])
     except FailedOnNodeError as exc:
@@ -237,7 +254,9 @@ def run_port(request: Mapping[str, Any]) -> Json:
 
 
 def outcome(answer: Mapping[str, Any]) -> Json:
-    """What is compared: allocations (without shareID/consumedCapacity) or the error kind."""
+    """What is compared: allocations or the error kind. A shareID is random, so only whether a
+    result has one counts; consumedCapacity is compared by value (nano-units), since Go prints a
+    Quantity in its canonical form and gangsched keeps it as the request or policy spelled it."""
     if "errorKind" in answer:
         return {"errorKind": answer["errorKind"]}
     allocations = answer["allocations"]
@@ -247,8 +266,12 @@ def outcome(answer: Mapping[str, Any]) -> Json:
     for allocation in out:
         devices = allocation["devices"]
         for result in devices.get("results") or ():
-            result.pop("shareID", None)
-            result.pop("consumedCapacity", None)
+            if "shareID" in result:
+                result["shareID"] = bool(result["shareID"])
+            if "consumedCapacity" in result:
+                result["consumedCapacity"] = {
+                    name: parse_nano(value) for name, value in result["consumedCapacity"].items()
+                }
         if not devices.get("results"):  # omitempty upstream, [] from to_json
             devices.pop("results", None)
     return {"allocations": out}
@@ -320,12 +343,15 @@ def distinct_bug_reachable(request: Mapping[str, Any]) -> bool:
 def check_valid_allocation(request: Mapping[str, Any], allocations: Sequence[Mapping[str, Any]]) -> None:
     """Ours, where upstream's distinctAttribute bug makes the answers differ: still sound."""
     assert distinct_violations(request, allocations) == []
-    in_use = _in_use(request.get("allocatedClaims") or ())
+    in_use, _ = _allocated_state(request.get("allocatedClaims") or ())
+    devices = _devices_by_id(request)
     taken: Counter[DeviceId] = Counter()
     for allocation in allocations:
         for result in allocation["devices"]["results"]:
             device_id = (result["driver"], result["pool"], result["device"])
-            if not result.get("adminAccess"):
+            shared = devices[device_id][1].allow_multiple_allocations
+            assert shared == ("shareID" in result), f"{device_id}: shareID only on shared devices"
+            if not result.get("adminAccess") and not shared:
                 assert device_id not in in_use, f"{device_id} is allocated already"
                 taken[device_id] += 1
     assert [d for d, n in taken.items() if n > 1] == []
@@ -392,10 +418,6 @@ KNOWN_GOLDEN: dict[tuple[str, int], tuple[Json, str]] = {
         {"allocations": None},
         "upstream keeps one distinctAttribute value per request (numa 0,1,0); pairwise there is none",
     ),
-    ("allocate-consumable-capacity", 0): (
-        {"allocations": None},
-        "gangsched does not share allowMultipleAllocations devices: gpu-0 is taken by another share",
-    ),
 }
 
 
@@ -455,8 +477,12 @@ def _claim(name: str, requests: list[Json], **devices: Any) -> Json:
     }
 
 
-def _allocated(name: str, results: Sequence[tuple[str, str, str, bool]]) -> Json:
-    """An allocated claim: (driver, pool, device, adminAccess) per result."""
+def _allocated(
+    name: str, results: Sequence[tuple[str, str, str, bool]], shares: Mapping[int, Json] | None = None
+) -> Json:
+    """An allocated claim: (driver, pool, device, adminAccess) per result; `shares` adds fields
+    (shareID, consumedCapacity) to the results at those indexes."""
+    shares = shares or {}
     claim = _claim(name, [_exactly("r", "any")])
     claim["status"] = {
         "allocation": {
@@ -468,8 +494,9 @@ def _allocated(name: str, results: Sequence[tuple[str, str, str, bool]]) -> Json
                         "pool": p,
                         "device": n,
                         **({"adminAccess": True} if admin else {}),
+                        **shares.get(k, {}),
                     }
-                    for d, p, n, admin in results
+                    for k, (d, p, n, admin) in enumerate(results)
                 ]
             }
         }
@@ -501,6 +528,35 @@ TOLERATIONS: list[list[Json]] = [
     [{"key": "example.com/maint", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
     [{"operator": "Exists"}],
     [{"key": "example.com/maint", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}],
+]
+# requestPolicy of a shared device's memory (40Gi or 80Gi), each valid as API validation wants it
+# (a default within the policy, sorted values, max and default on a step from min).
+MEMORY_POLICIES: list[Json | None] = [
+    None,
+    None,
+    {"default": "10Gi"},
+    {"default": "10Gi", "validValues": ["10Gi", "20Gi", "40Gi"]},
+    {"default": "8Gi", "validRange": {"min": "4Gi", "max": "40Gi", "step": "4Gi"}},
+    {"default": "8Gi", "validRange": {"min": "4Gi", "max": "40Gi", "step": "4Gi"}},
+    {"default": "10Gi", "validRange": {"min": "10Gi"}},
+]
+# Bandwidth of 10 units, steps counted in whole units (Quantity.Value() rounds 1500m up to 2):
+# 4500m -> 5, 5500m -> 8 (not 5: Value() is 6), 6 -> 8, and 1 -> 1500m (min, which the step
+# check lets through as 2 - 2 = 0).
+BANDWIDTH_POLICY: Json = {"default": "5", "validRange": {"min": "1500m", "step": "3"}}
+CAPACITY_REQUESTS: list[Json] = [
+    {"memory": "10Gi"},
+    {"memory": "20Gi"},
+    {"memory": "30Gi"},
+    {"memory": "12Gi"},
+    {"memory": "50Gi"},
+    {"memory": "100Gi"},
+    {"bandwidth": "1"},
+    {"bandwidth": "4500m"},
+    {"bandwidth": "6"},
+    {"bandwidth": "5500m"},
+    {"memory": "20Gi", "bandwidth": "3"},
+    {},
 ]
 CONSTRAINT_ATTRIBUTES = [f"{GPU}/numa", f"{GPU}/model", "resource.kubernetes.io/pcieRoot"]
 NODE_PLACEMENTS: list[Json] = [
@@ -547,6 +603,17 @@ def _device(draw: st.DrawFn, name: str, counter_set: str | None, per_device: boo
         "attributes": attributes,
         "capacity": {"memory": {"value": draw(st.sampled_from(["40Gi", "80Gi"]))}},
     }
+    if draw(st.booleans()):  # consumable capacity: shared by claims while capacity remains
+        device["allowMultipleAllocations"] = True
+        policy = draw(st.sampled_from(MEMORY_POLICIES))
+        if policy is not None:
+            device["capacity"]["memory"]["requestPolicy"] = policy
+        if draw(st.booleans()):
+            device["capacity"]["bandwidth"] = {"value": "10"}
+            if not _one_in(draw, 3):
+                device["capacity"]["bandwidth"]["requestPolicy"] = BANDWIDTH_POLICY
+        elif _one_in(draw, 6):  # shared, without any capacity: shareID, no consumedCapacity
+            del device["capacity"]
     if _one_in(draw, 8):
         taint = {
             "key": "example.com/maint",
@@ -779,6 +846,8 @@ def _sub_request(draw: st.DrawFn, classes: Sequence[str], *, exact: bool) -> Jso
         sub["tolerations"] = draw(st.sampled_from(TOLERATIONS))
     if exact and _one_in(draw, 8):
         sub["adminAccess"] = True
+    if draw(st.booleans()):
+        sub["capacity"] = {"requests": draw(st.sampled_from(CAPACITY_REQUESTS))}
     return sub
 
 
@@ -819,6 +888,27 @@ def _claim_to_allocate(draw: st.DrawFn, index: int, classes: Sequence[str]) -> J
     return _claim(f"c{index}", requests, **devices)
 
 
+# consumedCapacity of allocated shares (None: the field absent; {}: present and empty).
+CONSUMED: list[Json | None] = [
+    {"memory": "10Gi"},
+    {"memory": "40Gi"},
+    {"memory": "30Gi", "bandwidth": "5"},
+    {"bandwidth": "8"},
+    {},
+    None,
+]
+
+
+def _shareable(slices: Sequence[Json]) -> list[tuple[str, str, str]]:
+    """Ids of the allowMultipleAllocations devices in `slices`."""
+    return [
+        (s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"])
+        for s in slices
+        for d in s["spec"].get("devices") or ()
+        if d.get("allowMultipleAllocations")
+    ]
+
+
 @st.composite
 def allocation_problems(draw: st.DrawFn, *, in_motion: bool = False) -> Json:
     """`in_motion`: a pool for several nodes (`_pool_in_motion`) besides (sometimes instead of) the others."""
@@ -838,10 +928,30 @@ def allocation_problems(draw: st.DrawFn, *, in_motion: bool = False) -> Json:
             spec["config"] = [{"opaque": {"driver": GPU, "parameters": {"class": name}}}]
         classes.append({"metadata": {"name": name}, "spec": spec})
     allocated = []
-    if ids and _one_in(draw, 3):
+    shareable = _shareable(slices)
+    if ids and (_one_in(draw, 3) or (shareable and _one_in(draw, 3))):
         chosen = draw(st.lists(st.sampled_from(ids), min_size=1, max_size=3, unique=True))
         results = [(d, p, n, _one_in(draw, 5)) for d, p, n in chosen]
-        allocated = [_allocated(f"old{k}", results[k::2]) for k in range(min(2, len(results)))]
+        if shareable and draw(st.booleans()):  # a second share of a shared device
+            results.append((*draw(st.sampled_from(shareable)), False))
+        share_fields: dict[int, Json] = {}
+        for k, (d, p, n, _) in enumerate(results):
+            # Results on shared devices carry a shareID (rarely none: then the device is in use);
+            # now and then a shareID on a device that is not shared (it stays free upstream).
+            if ((d, p, n) in shareable and not _one_in(draw, 8)) or _one_in(draw, 12):
+                fields: Json = {"shareID": f"00000000-0000-0000-0000-{k:012d}"}
+                consumed = draw(st.sampled_from(CONSUMED))
+                if consumed is not None:
+                    fields["consumedCapacity"] = consumed
+                share_fields[k] = fields
+        allocated = [
+            _allocated(
+                f"old{k}",
+                results[k::2],
+                {m: share_fields[j] for m, j in enumerate(range(k, len(results), 2)) if j in share_fields},
+            )
+            for k in range(min(2, len(results)))
+        ]
     node: Any = draw(
         st.sampled_from(
             [
@@ -853,6 +963,8 @@ def allocation_problems(draw: st.DrawFn, *, in_motion: bool = False) -> Json:
         )
     )
     claims = [draw(_claim_to_allocate(i, class_names)) for i in range(draw(st.sampled_from([1, 1, 2])))]
+    if len(claims) == 2 and _one_in(draw, 3):  # two pods' claims alike: they compete for (or share) devices
+        claims[1] = {**claims[0], "metadata": claims[1]["metadata"]}
     if _one_in(draw, 30):  # a missing class: an error, even in an alternative that is never tried
         request = claims[-1]["spec"]["devices"]["requests"][-1]
         (request.get("exactly") or request["firstAvailable"][-1])["deviceClassName"] = "missing"
@@ -876,10 +988,15 @@ def allocation_problems(draw: st.DrawFn, *, in_motion: bool = False) -> Json:
 @given(problem=allocation_problems())
 def test_generated_allocations_match_upstream(oracle_process: Oracle | None, problem: Json) -> None:
     oracle = _need(oracle_process)
-    label = compare(problem, oracle.ask(problem), run_port(problem))
+    answer = oracle.ask(problem)
+    label = compare(problem, answer, run_port(problem))
     event(label)
     for feature in pool_features(problem):
         event(f"{feature}: {label}")
+    GENERATED_CASES["all"] += 1
+    for feature in consumable_features(problem, answer):
+        GENERATED_CASES[feature] += 1
+        event(f"consumable capacity: {feature}")
 
 
 @settings(
@@ -897,6 +1014,79 @@ def test_generated_pools_in_motion_match_upstream(oracle_process: Oracle | None,
     event(label)
     for feature in pool_features(problem):
         event(f"{feature}: {label}")
+
+
+# Generated cases per consumable-capacity feature (test_generated_allocations_match_upstream
+# counts them; the last test of this file checks and prints them).
+GENERATED_CASES: Counter[str] = Counter()
+
+
+def consumable_features(problem: Mapping[str, Any], answer: Mapping[str, Any]) -> list[str]:
+    """Which consumable-capacity situations a generated problem and upstream's answer exercise."""
+    shareable = set(_shareable(problem["resourceSlices"]))
+    subs = [
+        sub
+        for claim in problem["claims"]
+        for request in claim["spec"]["devices"]["requests"]
+        for sub in ([request["exactly"]] if "exactly" in request else request["firstAvailable"])
+    ]
+    allocated_shares = [
+        r
+        for claim in problem["allocatedClaims"]
+        for r in claim["status"]["allocation"]["devices"]["results"]
+        if "shareID" in r
+    ]
+    features = []
+    if shareable:
+        features.append("shared devices published")
+    if any(sub.get("capacity", {}).get("requests") for sub in subs):
+        features.append("capacity.requests")
+    if allocated_shares:
+        features.append("allocated claims with shares")
+    allocations = answer.get("allocations") or []
+    shares: Counter[DeviceId] = Counter(
+        (r["driver"], r["pool"], r["device"])
+        for allocation in allocations
+        for r in allocation["devices"].get("results") or ()
+        if "shareID" in r
+    )
+    if shares:
+        features.append("shared device allocated")
+    if any(n > 1 for n in shares.values()):
+        features.append("one device shared twice in one answer")
+    if shares and {(r["driver"], r["pool"], r["device"]) for r in allocated_shares} & set(shares):
+        features.append("allocated next to allocated shares")
+    if answer.get("allocations") is None and "errorKind" not in answer and shareable:
+        features.append("no fit with shared devices published")
+    constrained = [
+        allocation
+        for claim, allocation in zip(problem["claims"], allocations, strict=False)
+        if claim["spec"]["devices"].get("constraints")
+    ]
+    if any("shareID" in r for a in constrained for r in a["devices"].get("results") or ()):
+        features.append("constraint over a shared device")
+    requested = {
+        name: parse_nano(value)
+        for sub in subs
+        for name, value in (sub.get("capacity", {}).get("requests") or {}).items()
+    }
+    devices = {
+        (s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"]): d
+        for s in problem["resourceSlices"]
+        for d in s["spec"].get("devices") or ()
+    }
+    rounded = [
+        devices[(r["driver"], r["pool"], r["device"])]["capacity"][name].get("requestPolicy") or {}
+        for allocation in allocations
+        for r in allocation["devices"].get("results") or ()
+        for name, value in (r.get("consumedCapacity") or {}).items()
+        if name in requested and parse_nano(value) != requested[name]
+    ]
+    if rounded:
+        features.append("consumed capacity rounded by a requestPolicy")
+    if any((policy.get("validRange") or {}).get("step") for policy in rounded):
+        features.append("consumed capacity rounded up to a step")
+    return features
 
 
 def test_counters_are_per_driver_and_pool(oracle_process: Oracle | None) -> None:
@@ -1140,3 +1330,23 @@ def test_generated_selectors_match_upstream(
             continue
         event("compile error" if not want[0] else "evaluated")
         assert got == want, message
+
+
+def test_generated_cases_exercise_consumable_capacity() -> None:
+    """Runs after the generated allocations (file order): every consumable-capacity situation was
+    generated, and compared, often enough to mean something. The counts are printed (-s)."""
+    if not GENERATED_CASES:
+        pytest.skip("test_generated_allocations_match_upstream did not run (no oracle, or deselected)")
+    print(f"\ngenerated allocation cases: {dict(sorted(GENERATED_CASES.items()))}")
+    for feature in (
+        "shared devices published",
+        "capacity.requests",
+        "allocated claims with shares",
+        "shared device allocated",
+        "one device shared twice in one answer",
+        "allocated next to allocated shares",
+        "constraint over a shared device",
+        "consumed capacity rounded by a requestPolicy",
+        "consumed capacity rounded up to a step",
+    ):
+        assert GENERATED_CASES[feature] >= 5, (feature, dict(GENERATED_CASES))

@@ -114,6 +114,102 @@ def test_allocated_claims_hold_their_devices() -> None:
     assert [d.device for d in devices(result, "w-0")] == ["gpu-1"]
 
 
+SHARED_NIC = dra.device("nic-0", {"model": "cx7"}, capacity={"bandwidth": "100G"}, shared=True)
+NIC_SHARE = dra.claim_template("ml", "nic-share", dra.request("nic", "nic", capacity={"bandwidth": "40G"}))
+
+
+def test_gangs_share_a_device_within_its_capacity_and_a_third_waits() -> None:
+    # One NIC of 100G shared by claims of 40G each: two gangs get a share of it, the third would
+    # need 120G and waits.
+    nodes = [bare("a")]
+    objects = [
+        dra.device_class("nic", f'device.driver == "{dra.NIC_DRIVER}"'),
+        dra.node_slice("a", [SHARED_NIC], driver=dra.NIC_DRIVER),
+        NIC_SHARE,
+    ]
+    gangs = [f"g{i}" for i in range(3)]
+    members = [p for g in gangs for p in dra.claim_pods(f"{g}-w", 1, g, {"nic": "template:nic-share"})]
+    groups = [pod_group(g, 1, created=f"2025-01-01T00:00:0{i}Z") for i, g in enumerate(gangs)]
+    result = run(nodes, members, groups, objects)
+    shares = []
+    for g in gangs[:2]:
+        d = decision(result, g)
+        assert d.scheduled, d.message
+        [allocation] = d.allocations.values()
+        [written] = allocation.to_json()["devices"]["results"]
+        assert (written["device"], written["consumedCapacity"]) == ("nic-0", {"bandwidth": "40G"})
+        shares.append(written["shareID"])
+    assert len(set(shares)) == 2
+    assert all(shares)
+    late = decision(result, "g2")
+    assert not late.scheduled
+    assert late.allocations == {}
+    assert late.message == (
+        "0/1 nodes eligible for 1 pod: 1 no free device for request nic (class nic); "
+        "needs 1 pod placed together"
+    )
+
+
+def test_one_gang_takes_several_shares_of_a_device() -> None:
+    # Two members of one gang on one shared device: counting must weigh the device by its
+    # shares (2 of 40G in 100G), or the gang would never fit a node with one device.
+    nodes = [bare("a")]
+    objects = [
+        dra.device_class("nic", f'device.driver == "{dra.NIC_DRIVER}"'),
+        dra.node_slice("a", [SHARED_NIC], driver=dra.NIC_DRIVER),
+        NIC_SHARE,
+    ]
+    result = run(
+        nodes, dra.claim_pods("w", 2, "g", {"nic": "template:nic-share"}), [pod_group("g", 2)], objects
+    )
+    d = decision(result, "g")
+    assert d.scheduled, d.message
+    assert sorted(r.device for a in d.allocations.values() for r in a.devices) == ["nic-0", "nic-0"]
+    too_many = run(
+        nodes, dra.claim_pods("w", 3, "g", {"nic": "template:nic-share"}), [pod_group("g", 3)], objects
+    )
+    assert not decision(too_many, "g").scheduled
+
+
+def test_an_allocated_share_leaves_the_rest_of_the_capacity() -> None:
+    nodes = [bare("a")]
+    held = dra.claim("other", "held", dra.request("nic", "nic", capacity={"bandwidth": "70G"}))
+    held["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "nic",
+                        "driver": dra.NIC_DRIVER,
+                        "pool": "a",
+                        "device": "nic-0",
+                        "shareID": "00000000-0000-0000-0000-000000000001",
+                        "consumedCapacity": {"bandwidth": "70G"},
+                    }
+                ]
+            }
+        }
+    }
+    objects = [
+        dra.device_class("nic", f'device.driver == "{dra.NIC_DRIVER}"'),
+        dra.node_slice("a", [SHARED_NIC], driver=dra.NIC_DRIVER),
+        NIC_SHARE,
+        held,
+    ]
+    result = run(
+        nodes, dra.claim_pods("w", 1, "g", {"nic": "template:nic-share"}), [pod_group("g", 1)], objects
+    )
+    assert not decision(result, "g").scheduled  # 70G + 40G > 100G
+    small = dra.claim_template("ml", "nic-share", dra.request("nic", "nic", capacity={"bandwidth": "30G"}))
+    result = run(
+        nodes,
+        dra.claim_pods("w", 1, "g", {"nic": "template:nic-share"}),
+        [pod_group("g", 1)],
+        [*objects[:2], small, held],
+    )
+    assert decision(result, "g").scheduled, decision(result, "g").message
+
+
 def test_pods_without_claims_are_placed_as_before() -> None:
     nodes = [node("a", gpu=8)]
     plain = [pod("p", "g", gpu=4)]

@@ -630,6 +630,12 @@ def test_the_dra_example_directory() -> None:
     assert pair[0]["node"] == pair[1]["node"]
     assert pair[0]["devices"] == pair[1]["devices"]
     assert len(pair[0]["devices"]) == 1
+    # 6. Consumable capacity: three 30G shares of bw-0's 100G NIC; the fourth waits.
+    shares = placed("net/ingest-") + placed("net/export-")
+    assert [(p["node"], devs(p)) for p in shares] == [("bw-0", [("nic", "bw-0", "nic-0")])] * 3
+    assert groups["net/backup"]["scheduled"] is False
+    assert "1 no free device for request nic (class vnic.example.com)" in groups["net/backup"]["message"]
+    assert pods["net/backup-0"]["devices"] == []
 
 
 def test_preemptions_are_listed(tmp_path: Path) -> None:

@@ -6,7 +6,9 @@ allocation and reservations in its status) and ResourceClaimTemplate, parsed at 
 into frozen dataclasses. Errors name the field, as everywhere in `model`.
 
 Quantities (capacities, counters) are integers in milli-units (`quantity.parse_milli`), so
-counter arithmetic is exact.
+counter arithmetic is exact. Consumable capacity (KEP-5075: a device's capacity with its
+`requestPolicy`, a request's `capacity.requests`, a result's `consumedCapacity`) is an `Amount`
+in nano-units instead: upstream compares those Quantities exactly, and nano is their precision.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Literal
 
 from gangsched.model.common import NAMESPACE_DEFAULT, ModelError, list_field, object_field, object_meta
 from gangsched.model.pod import SelectorTerm, node_selector_terms
-from gangsched.quantity import QuantityError, parse_milli
+from gangsched.quantity import QuantityError, parse_milli, parse_nano
 
 DRA_GROUP = "resource.k8s.io"
 DRA_VERSION = "v1"
@@ -73,11 +75,45 @@ class CounterConsumption:
 
 
 @dataclass(frozen=True, slots=True)
+class Amount:
+    """A quantity of consumable capacity: exact (nano-units) and as written (for results)."""
+
+    nano: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ValidRange:
+    """requestPolicy.validRange (`min` is required, as API validation requires it)."""
+
+    min: Amount
+    max: Amount | None = None
+    step: Amount | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPolicy:
+    """A device capacity's requestPolicy: what a share consumes, rounded up to a valid value."""
+
+    default: Amount | None = None
+    valid_values: tuple[Amount, ...] = ()
+    valid_range: ValidRange | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceCapacity:
+    value: Amount
+    request_policy: RequestPolicy | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Device:
     name: str
     attributes: Mapping[str, Attribute] = field(default_factory=dict)
     # Quantity strings as written (CEL compares them at nano precision, not milli).
     capacity: Mapping[str, str] = field(default_factory=dict)
+    # The same capacity as the allocator checks requests against it (exact, with requestPolicy).
+    capacities: Mapping[str, DeviceCapacity] = field(default_factory=dict)
     consumes_counters: tuple[CounterConsumption, ...] = ()
     # Per-device node selection (only with the slice's perDeviceNodeSelection).
     node_name: str | None = None
@@ -133,6 +169,8 @@ class SubRequest:
     count: int = 1
     tolerations: tuple[DeviceToleration, ...] = ()
     admin_access: bool | None = None
+    # capacity.requests, sorted by name (a tuple: specs are hashed as pod classes).
+    capacity_requests: tuple[tuple[str, Amount], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +211,9 @@ class AllocatedDevice:
     binding_conditions: tuple[str, ...] = ()
     binding_failure_conditions: tuple[str, ...] = ()
     share_id: str | None = None
+    # consumedCapacity by capacity name; None when the result has none (not even `{}`, which
+    # upstream still records as capacity in use).
+    consumed_capacity: tuple[tuple[str, Amount], ...] | None = None
 
     @property
     def device_id(self) -> tuple[str, str, str]:
@@ -239,6 +280,57 @@ def _quantity(value: Any, where: str) -> int:
         raise ModelError(f"{where}: {exc}") from None
 
 
+def _amount(value: Any, where: str) -> Amount:
+    try:
+        return Amount(parse_nano(value), str(value))
+    except QuantityError as exc:
+        raise ModelError(f"{where}: {exc}") from None
+
+
+def _amounts(value: Any, where: str) -> tuple[tuple[str, Amount], ...]:
+    """A map of capacity name to quantity (capacity.requests, consumedCapacity), sorted by name."""
+    return tuple(
+        sorted((str(name), _amount(q, f"{where}[{name}]")) for name, q in object_field(value, where).items())
+    )
+
+
+def _request_policy(value: Any, where: str) -> RequestPolicy:
+    item = object_field(value, where)
+    default = item.get("default")
+    valid_range = None
+    if item.get("validRange") is not None:
+        at = f"{where}.validRange"
+        bounds = object_field(item["validRange"], at)
+        if bounds.get("min") is None:
+            raise ModelError(f"{at}.min is required")
+        min_ = _amount(bounds["min"], f"{at}.min")
+        max_, step = (
+            _amount(bounds[key], f"{at}.{key}") if bounds.get(key) is not None else None
+            for key in ("max", "step")
+        )
+        if step is not None and step.nano == 0:  # Value() 0: upstream would divide by zero
+            raise ModelError(f"{at}.step must be positive")
+        valid_range = ValidRange(min=min_, max=max_, step=step)
+    return RequestPolicy(
+        default=_amount(default, f"{where}.default") if default is not None else None,
+        valid_values=tuple(
+            _amount(v, f"{where}.validValues[{i}]")
+            for i, v in enumerate(list_field(item.get("validValues"), f"{where}.validValues"))
+        ),
+        valid_range=valid_range,
+    )
+
+
+def _device_capacity(raw: Any, where: str) -> DeviceCapacity:
+    if not isinstance(raw, Mapping):  # the oracle's shorthand {"memory": "16Gi"}
+        return DeviceCapacity(_amount(raw, where))
+    policy = raw.get("requestPolicy")
+    return DeviceCapacity(
+        value=_amount(raw.get("value"), f"{where}.value"),
+        request_policy=_request_policy(policy, f"{where}.requestPolicy") if policy is not None else None,
+    )
+
+
 def _attribute(value: Any, where: str) -> Attribute | None:
     """One DeviceAttribute; None for a list-typed one (DRAListTypeAttributes is off in v1.36)."""
     item = object_field(value, where)
@@ -296,10 +388,12 @@ def _device(value: Any, where: str) -> Device:
         if attribute is not None:
             attributes[str(name)] = attribute
     capacity = {}
+    capacities = {}
     for name, raw in object_field(item.get("capacity"), f"{where}.capacity").items():
         value = raw.get("value") if isinstance(raw, Mapping) else raw
         _quantity(value, f"{where}.capacity[{name}]")  # validated here, kept as written
         capacity[str(name)] = str(value)
+        capacities[str(name)] = _device_capacity(raw, f"{where}.capacity[{name}]")
     consumes = tuple(
         CounterConsumption(
             counter_set=str(object_field(c, f"{where}.consumesCounters[{i}]").get("counterSet") or ""),
@@ -314,6 +408,7 @@ def _device(value: Any, where: str) -> Device:
         name=str(item["name"]),
         attributes=attributes,
         capacity=capacity,
+        capacities=capacities,
         consumes_counters=consumes,
         node_name=str(item["nodeName"]) if item.get("nodeName") else None,
         node_selector=node_selector_terms(selector, f"{where}.nodeSelector")
@@ -417,6 +512,7 @@ def _sub_request(item: Mapping[str, Any], name: str, where: str, *, exact: bool)
     if count < 1:
         raise ModelError(f"{where}.count must be at least 1")
     admin = item.get("adminAccess") if exact else None
+    capacity = object_field(item.get("capacity"), f"{where}.capacity")
     return SubRequest(
         name=name,
         device_class=str(item["deviceClassName"]),
@@ -428,6 +524,7 @@ def _sub_request(item: Mapping[str, Any], name: str, where: str, *, exact: bool)
             for i, t in enumerate(list_field(item.get("tolerations"), f"{where}.tolerations"))
         ),
         admin_access=bool(admin) if admin is not None else None,
+        capacity_requests=_amounts(capacity.get("requests"), f"{where}.capacity.requests"),
     )
 
 
@@ -502,8 +599,13 @@ def parse_allocation(value: Any) -> Allocation | None:
             binding_conditions=tuple(str(c) for c in r.get("bindingConditions") or ()),
             binding_failure_conditions=tuple(str(c) for c in r.get("bindingFailureConditions") or ()),
             share_id=str(r["shareID"]) if r.get("shareID") else None,
+            consumed_capacity=_amounts(
+                r["consumedCapacity"], f"status.allocation.devices.results[{i}].consumedCapacity"
+            )
+            if r.get("consumedCapacity") is not None
+            else None,
         )
-        for r in results
+        for i, r in enumerate(results)
         if isinstance(r, Mapping)
     )
     selector = item.get("nodeSelector")

@@ -4,26 +4,38 @@
 runs with its default gates): claims, then requests, then devices, first full solution wins,
 combinations not permutations within a request. Per device, in order: not in use (allocated
 anywhere, or being allocated now; adminAccess requests only skip devices of the same claim),
-class then request selectors (CEL), per-device node selection, counters of partitionable
-devices, taints (NoSchedule/NoExecute unless tolerated), constraints. `firstAvailable` tries
-subrequests in order and keeps the first that lets the whole search finish; `All` takes every
-selectable device of complete pools. At most 32 devices per claim.
+class then request selectors (CEL), per-device node selection, consumable capacity, counters of
+partitionable devices, taints (NoSchedule/NoExecute unless tolerated), constraints.
+`firstAvailable` tries subrequests in order and keeps the first that lets the whole search
+finish; `All` takes every selectable device of complete pools. At most 32 devices per claim.
+
+Consumable capacity (KEP-5075, `consumable_capacity.go`): a device with
+`allowMultipleAllocations` is never "in use"; it is shared by any number of claims (and twice by
+one claim, through two requests) while the sum of what they consume stays within each capacity.
+A share consumes, per capacity of the device, the request's `capacity.requests` rounded up by the
+capacity's `requestPolicy` (validRange: to `min`, then to a multiple of `step` counted in whole
+units, `Quantity.Value()`; validValues: to the next valid value), or the policy's `default`, or
+the whole capacity when the request names none; a value the policy still forbids does not fit,
+and a request naming a capacity the device lacks never fits. This check runs on every device,
+shared or not. What allocated claims consume comes in as `SharedUse` per device (their results
+with a `shareID`); results without one make their device in use, as kube-scheduler's
+`GatherAllocatedState` does. A shared device consumes its counters once: a second share skips the
+counter check. Shared results carry `consumedCapacity` and a fresh `shareID`.
 
 Where this port differs on purpose (`tests/unit/test_dra_oracle.py` checks the rest against
 the Go code):
 
 - `distinctAttribute` is truly pairwise. Upstream remembers one value per request name, so a
   request with count > 1 can get two devices with the same value (numa 0,1,0 with count 3).
-- Consumable capacity (`allowMultipleAllocations`) is not shared: such a device is allocated
-  exclusively, never to two claims.
 - Counters are kept per (driver, pool). Upstream caches them by pool name alone, so two drivers
   with a pool of the same name share (and can wrongly exhaust) one another's counter sets.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,15 +43,20 @@ from gangsched.engine.dra.pools import DeviceId, Pool, node_matches
 from gangsched.model import Node
 from gangsched.model.dra import (
     MAX_DEVICES_PER_CLAIM,
+    AllocatedDevice,
+    Amount,
     Attribute,
     ClaimSpec,
     Device,
+    DeviceCapacity,
     DeviceClass,
     DeviceConstraint,
     DeviceToleration,
+    RequestPolicy,
     ResourceSlice,
     SubRequest,
 )
+from gangsched.quantity import format_nano, units_rounded_up
 
 # (expression, driver, device, slice) -> whether the device matches; raises CelError.
 Matcher = Callable[[str, str, Device, ResourceSlice], bool]
@@ -84,6 +101,10 @@ class DeviceResult:
     binding_failure_conditions: tuple[str, ...]
     slice: ResourceSlice = field(repr=False)
     entry: Device = field(repr=False)
+    # Only for a share of an allowMultipleAllocations device: a fresh UID, and what it consumes
+    # (None when the device has no capacity: upstream then writes no consumedCapacity).
+    share_id: str | None = None
+    consumed_capacity: dict[str, Amount] | None = None
 
     @property
     def device_id(self) -> DeviceId:
@@ -114,6 +135,10 @@ class AllocationResult:
                 item["bindingConditions"] = list(d.binding_conditions)
             if d.binding_failure_conditions:
                 item["bindingFailureConditions"] = list(d.binding_failure_conditions)
+            if d.share_id is not None:
+                item["shareID"] = d.share_id
+            if d.consumed_capacity:
+                item["consumedCapacity"] = {name: a.text for name, a in d.consumed_capacity.items()}
             results.append(item)
         out: dict[str, Any] = {"devices": {"results": results}}
         if self.config:
@@ -154,6 +179,144 @@ class _Request:
     @property
     def admin(self) -> bool:
         return bool(self.sub.admin_access)
+
+
+@dataclass(slots=True)
+class SharedUse:
+    """The shares of one allowMultipleAllocations device, and what they consume (nano-units).
+
+    For allocated claims it is upstream's AllocatedSharedDeviceIDs (`shares`) and
+    AggregatedCapacity (`consumed`, whose entry exists while `recorded` > 0: only results that
+    carry consumedCapacity make one, and only that entry lets a new share skip the counters)."""
+
+    shares: int = 0
+    recorded: int = 0
+    consumed: dict[str, int] = field(default_factory=dict)
+
+    def add(self, consumed: Mapping[str, int] | None) -> None:
+        self.shares += 1
+        if consumed is not None:
+            self.recorded += 1
+            for name, nano in consumed.items():
+                self.consumed[name] = self.consumed.get(name, 0) + nano
+
+    def remove(self, consumed: Mapping[str, int] | None) -> None:
+        self.shares -= 1
+        if consumed is not None:
+            self.recorded -= 1
+            for name, nano in consumed.items():
+                self.consumed[name] = self.consumed.get(name, 0) - nano
+
+    def copy(self) -> SharedUse:
+        return SharedUse(self.shares, self.recorded, dict(self.consumed))
+
+
+def share_consumption(device: AllocatedDevice) -> dict[str, int] | None:
+    """What an allocated result's share consumes, by capacity name (None: nothing recorded)."""
+    if device.consumed_capacity is None:
+        return None
+    return {name: amount.nano for name, amount in device.consumed_capacity}
+
+
+def gather_allocated(
+    results: Iterable[AllocatedDevice], in_use: set[DeviceId], shared: dict[DeviceId, SharedUse]
+) -> None:
+    """kube-scheduler's GatherAllocatedState for some allocated results: adminAccess results hold
+    nothing; a result with a shareID adds a share (and its consumedCapacity) to its device; any
+    other makes its device in use."""
+    for device in results:
+        if device.admin_access:
+            continue
+        if device.share_id is not None:
+            shared.setdefault(device.device_id, SharedUse()).add(share_consumption(device))
+        else:
+            in_use.add(device.device_id)
+
+
+def _consumed(requested: Amount | None, capacity: DeviceCapacity) -> int:
+    """calculateConsumedCapacity, in nano-units."""
+    policy = capacity.request_policy
+    if requested is None:  # fillEmptyRequest
+        return (
+            policy.default.nano if policy is not None and policy.default is not None else capacity.value.nano
+        )
+    if policy is None:
+        return requested.nano
+    if policy.valid_range is not None:  # roundUpRange (min is required)
+        bounds = policy.valid_range
+        if requested.nano < bounds.min.nano:
+            return bounds.min.nano
+        if bounds.step is None:
+            return requested.nano
+        low, step = units_rounded_up(bounds.min.nano), units_rounded_up(bounds.step.nano)
+        steps = -(-(units_rounded_up(requested.nano) - low) // step)
+        return (low + step * steps) * 10**9
+    for valid in policy.valid_values:  # roundUpValidValues
+        if requested.nano <= valid.nano:
+            return valid.nano
+    return requested.nano
+
+
+def _violates(consumed: int, policy: RequestPolicy | None) -> bool:
+    """violatesPolicy. Upstream first lets the default through (by struct equality; API
+    validation makes the default valid, so value equality gives the same answer)."""
+    if policy is None or (policy.default is not None and consumed == policy.default.nano):
+        return False
+    if policy.valid_range is not None:
+        bounds = policy.valid_range
+        if bounds.max is not None and consumed > bounds.max.nano:
+            return True
+        if bounds.step is not None:
+            added = units_rounded_up(consumed) - units_rounded_up(bounds.min.nano)
+            return added % units_rounded_up(bounds.step.nano) != 0
+        return False
+    if policy.valid_values:
+        return all(consumed != valid.nano for valid in policy.valid_values)
+    return False
+
+
+def capacity_fits(
+    requests: Sequence[tuple[str, Amount]],
+    device: Device,
+    allocated: SharedUse | None = None,
+    allocating: SharedUse | None = None,
+) -> bool:
+    """CmpRequestOverCapacity: whether a request's capacity.requests fit what is left of every
+    capacity of `device` after `allocated` and `allocating` shares, under the request policies."""
+    wanted = dict(requests)
+    if any(name not in device.capacities for name in wanted):
+        return False  # upstream: an error, and the device is skipped
+    for name, capacity in device.capacities.items():
+        consumed = _consumed(wanted.get(name), capacity)
+        if _violates(consumed, capacity.request_policy):
+            return False
+        total = consumed
+        if allocated is not None:
+            total += allocated.consumed.get(name, 0)
+        if allocating is not None:
+            total += allocating.consumed.get(name, 0)
+        if total > capacity.value.nano:
+            return False
+    return True
+
+
+def consumed_capacity(requests: Sequence[tuple[str, Amount]], device: Device) -> dict[str, Amount]:
+    """GetConsumedCapacityFromRequest: what one share consumes of each capacity of `device`.
+    A value the request or policy spells is kept as written; one rounded by a step is a count
+    of whole units, as upstream's `NewQuantity(val, BinarySI)`."""
+    wanted = dict(requests)
+    out: dict[str, Amount] = {}
+    for name, capacity in device.capacities.items():
+        nano = _consumed(wanted.get(name), capacity)
+        policy = capacity.request_policy
+        spelled = [wanted.get(name), capacity.value]
+        if policy is not None:
+            spelled += [policy.default, *policy.valid_values]
+            if policy.valid_range is not None:
+                spelled.append(policy.valid_range.min)
+        text = next((a.text for a in spelled if a is not None and a.nano == nano), None)
+        out[name] = Amount(nano, text if text is not None else format_nano(nano))
+    return out
 
 
 class _MaxSizeExceededError(Exception):
@@ -232,11 +395,15 @@ class NodeAllocator:
         classes: Mapping[str, DeviceClass],
         in_use: set[DeviceId] | frozenset[DeviceId],
         matcher: Matcher,
+        shared: Mapping[DeviceId, SharedUse] | None = None,
     ) -> None:
         self.node = node
         self.pools = list(pools)
         self.classes = classes
+        # Allocated without a shareID (upstream's AllocatedDevices), and shares of allocated
+        # claims on allowMultipleAllocations devices (see `gather_allocated`).
         self.in_use = in_use
+        self.shared: Mapping[DeviceId, SharedUse] = shared if shared is not None else {}
         self.matcher = matcher
         self._available: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
 
@@ -280,6 +447,13 @@ class NodeAllocator:
             self.node, device.node_name, device.all_nodes, device.node_selector
         )
 
+    def allocated(self, device: DeviceId) -> bool:
+        """IsDeviceAllocated: in use, or holding a share of an allocated claim."""
+        if device in self.in_use:
+            return True
+        use = self.shared.get(device)
+        return use is not None and use.shares > 0
+
     def available_counters(self, pool: Pool) -> dict[str, dict[str, int]]:
         """The pool's shared counters minus what allocated devices consume (cached)."""
         cached = self._available.get(pool.key)
@@ -287,7 +461,7 @@ class NodeAllocator:
             cached = {name: dict(counters) for name, counters in pool.counter_sets.items()}
             for slice_ in [*pool.slices, *pool.slices_elsewhere]:
                 for device in slice_.devices:
-                    if (slice_.driver, slice_.pool, device.name) not in self.in_use:
+                    if not self.allocated((slice_.driver, slice_.pool, device.name)):
                         continue
                     for consumption in device.consumes_counters:
                         counters = cached.get(consumption.counter_set, {})
@@ -309,6 +483,9 @@ class _Run:
         self.selected_sub: dict[tuple[int, int], int] = {}
         self.constraints: list[list[_Constraint]] = []
         self.allocating: dict[DeviceId, Counter[int]] = {}
+        # Shares of allowMultipleAllocations devices taken in this run (upstream's
+        # allocatingCapacity; those devices never enter `allocating`).
+        self.allocating_shares: dict[DeviceId, SharedUse] = {}
         self.consumed: dict[tuple[str, str], dict[str, Counter[str]]] = {}
         self.results: list[list[DeviceResult]] = [[] for _ in claims]
         self.matches: dict[tuple[DeviceId, int, int, int], bool] = {}
@@ -364,7 +541,9 @@ class _Run:
                         f"resource pool {pool.driver}/{pool.name} is currently invalid"
                     )
                 for slice_, device in pool.devices():
-                    if self._selectable(index, data, slice_, device):
+                    if self._selectable(index, data, slice_, device) and self.capacity_fits(
+                        data, (slice_.driver, slice_.pool, device.name), device
+                    ):
                         data.all_devices.append((pool, slice_, device))
             data.num_devices = len(data.all_devices)
         return data
@@ -383,6 +562,23 @@ class _Run:
 
     def in_use(self, device: DeviceId) -> bool:
         return device in self.owner.in_use or bool(self.allocating.get(device))
+
+    def capacity_fits(self, data: _Request, device_id: DeviceId, device: Device) -> bool:
+        return capacity_fits(
+            data.sub.capacity_requests,
+            device,
+            self.owner.shared.get(device_id),
+            self.allocating_shares.get(device_id),
+        )
+
+    def capacity_in_use(self, device_id: DeviceId) -> bool:
+        """deviceCapacityInUse: an allocated claim recorded consumed capacity on the device, or
+        this run shares it already (then its counters are reserved once, by the first share)."""
+        allocated = self.owner.shared.get(device_id)
+        allocating = self.allocating_shares.get(device_id)
+        return (allocated is not None and allocated.recorded > 0) or (
+            allocating is not None and allocating.shares > 0
+        )
 
     def claim(self, i: int) -> bool:
         if i >= len(self.claims):
@@ -446,6 +642,8 @@ class _Run:
                         continue
                     if not self._selectable((i, j, k), data, slice_, device):
                         continue
+                    if not self.capacity_fits(data, device_id, device):
+                        continue
                     if self.steps_left is not None:
                         self.steps_left -= 1
                         if self.steps_left < 0:
@@ -468,13 +666,15 @@ class _Run:
         """Allocate one candidate (checks availability, counters, taints, constraints);
         the undo, or None when it cannot be taken."""
         device_id = (slice_.driver, slice_.pool, device.name)
+        shared = device.allow_multiple_allocations
         if data.admin:
-            if i in self.allocating.get(device_id, ()):
+            if i in self.allocating.get(device_id, ()):  # never true for a shared device
                 return None
         elif self.in_use(device_id):
             return None
-        counters = bool(device.consumes_counters) and self._reserve_counters(pool, device)
-        if device.consumes_counters and not counters:
+        check_counters = bool(device.consumes_counters) and not (shared and self.capacity_in_use(device_id))
+        counters = check_counters and self._reserve_counters(pool, device)
+        if check_counters and not counters:
             return None
         if taint_blocks(device, data.sub.tolerations):
             if counters:
@@ -496,7 +696,24 @@ class _Run:
                     )
                 return None
             added.append(constraint)
-        self.allocating.setdefault(device_id, Counter())[i] += 1
+        # Checked again here, as upstream's allocateDevice does: an `All` request's devices
+        # were checked before the search, and earlier shares of this run may have used it up.
+        if not self.capacity_fits(data, device_id, device):
+            for done in reversed(added):
+                done.remove(name, parent, device, slice_.driver)
+            if counters:
+                self._release_counters(pool, device)
+            return None
+        share_id: str | None = None
+        consumed: dict[str, Amount] | None = None
+        share: dict[str, int] | None = None
+        if shared:
+            consumed = consumed_capacity(data.sub.capacity_requests, device)
+            share = {name: amount.nano for name, amount in consumed.items()}
+            share_id = str(uuid.uuid4())  # internal.GenerateShareID
+            self.allocating_shares.setdefault(device_id, SharedUse()).add(share)
+        else:
+            self.allocating.setdefault(device_id, Counter())[i] += 1
         self.results[i].append(
             DeviceResult(
                 request=data.full_name,
@@ -509,14 +726,19 @@ class _Run:
                 binding_failure_conditions=device.binding_failure_conditions,
                 slice=slice_,
                 entry=device,
+                share_id=share_id,
+                consumed_capacity=consumed or None,
             )
         )
 
         def undo() -> None:
             self.results[i].pop()
-            self.allocating[device_id][i] -= 1
-            if self.allocating[device_id][i] <= 0:
-                del self.allocating[device_id][i]
+            if shared:
+                self.allocating_shares[device_id].remove(share)
+            else:
+                self.allocating[device_id][i] -= 1
+                if self.allocating[device_id][i] <= 0:
+                    del self.allocating[device_id][i]
             for done in reversed(added):
                 done.remove(name, parent, device, slice_.driver)
             if counters:

@@ -146,6 +146,7 @@ def claim_needs(claim: str, spec: ClaimSpec) -> list[Need]:
                 all_devices=sub.allocation_mode == "All",
                 admin=bool(sub.admin_access),
                 tolerations=sub.tolerations,
+                capacity_requests=sub.capacity_requests,
             )
         )
     return needs

@@ -17,6 +17,15 @@ Both live in a `DeviceCaches` the caller owns and passes in (the module keeps no
 own): the operator keeps one across its cycles, a simulation uses its own, and neither resets
 the other's. Which devices are in use is per cycle: every allocated claim's devices
 (adminAccess excepted, as upstream), plus what this cycle allocates.
+
+Shared devices (`allowMultipleAllocations`, consumable capacity) are never in use: allocated
+claims' shares, and those this cycle allocates, consume their capacity (`DeviceState.shared`),
+and a shared device stays free while a request's share still fits. Counting weighs each such
+device by how many shares of the request its remaining capacity holds (`DeviceState.shares`):
+exact for one device per pod, an upper bound when a pod takes several devices of one request
+(a request never takes one device twice) or needs compete for capacity; shared devices leave
+the counter arithmetic (their counters are consumed once, by the first share), which can only
+over-count. The exact allocation on the chosen nodes corrects any over-count (`engine.group`).
 """
 
 from __future__ import annotations
@@ -33,6 +42,10 @@ from gangsched.engine.dra.allocator import (
     AllocationResult,
     ClaimToAllocate,
     NodeAllocator,
+    SharedUse,
+    capacity_fits,
+    consumed_capacity,
+    gather_allocated,
     lookup_attribute,
     taint_blocks,
 )
@@ -41,6 +54,7 @@ from gangsched.engine.dra.pools import DeviceId, Pool, gather_pools, node_matche
 from gangsched.model import Key, Node
 from gangsched.model.dra import (
     Allocation,
+    Amount,
     Device,
     DeviceClass,
     DeviceTaint,
@@ -194,7 +208,13 @@ class DeviceTable:
         )
         self.node_name_list: list[str] = [n for n in names if n]
         self._allocated: dict[int, tuple[Allocation, list[DeviceId], IntArray]] = {}
-        self.counter_devices = [i for i, (_, d) in enumerate(self.entries) if d.consumes_counters]
+        # Shared devices count by shares, not through counters (see the module docstring).
+        self.shared_devices = [i for i, (_, d) in enumerate(self.entries) if d.allow_multiple_allocations]
+        self.counter_devices = [
+            i
+            for i, (_, d) in enumerate(self.entries)
+            if d.consumes_counters and not d.allow_multiple_allocations
+        ]
         self.tainted = [i for i, (_, d) in enumerate(self.entries) if d.taints]
         self._matches: dict[tuple[tuple[str, ...], tuple[str, ...]], Match] = {}
         self._attributes: dict[str, tuple[IntArray, list[tuple[str, object]]]] = {}
@@ -312,11 +332,12 @@ class DeviceTable:
         return result
 
     def allocated(self, allocation: Allocation) -> tuple[list[DeviceId], IntArray]:
-        """The devices an allocation holds (adminAccess results hold none), and their rows;
-        remembered per allocation object while the table lives."""
+        """The devices an allocation holds (adminAccess results and shares hold none: a share
+        consumes capacity, see `DeviceState.shared`), and their rows; remembered per allocation
+        object while the table lives."""
         cached = self._allocated.get(id(allocation))
         if cached is None or cached[0] is not allocation:
-            ids = [d.device_id for d in allocation.devices if not d.admin_access]
+            ids = [d.device_id for d in allocation.devices if not d.admin_access and d.share_id is None]
             rows = np.array([r for i in ids for r in self.rows_of(i)], dtype=np.int64)
             if len(self._allocated) > 100_000:
                 self._allocated.clear()
@@ -440,6 +461,8 @@ class Need:
     all_devices: bool
     admin: bool
     tolerations: tuple[DeviceToleration, ...]
+    # capacity.requests: what one share of a shared device takes (see `DeviceState.shares`).
+    capacity_requests: tuple[tuple[str, Amount], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -479,12 +502,20 @@ class DeviceState:
         # its node does not allocate from it); per network reach, the nodes it serves.
         self.node_of, self.reach = table.node_view(nodes, index)
         self.in_use: set[DeviceId] = set()
+        # Shares of allowMultipleAllocations devices: allocated claims', then this cycle's.
+        self.shared: dict[DeviceId, SharedUse] = {}
         self.free = table.usable.copy()
         for claim in objects.claims.values():
             if claim.allocation is not None:
                 ids, rows_in_use = table.allocated(claim.allocation)
                 self.in_use.update(ids)
                 self.free[rows_in_use] = False
+                if any(d.share_id is not None for d in claim.allocation.devices):
+                    gather_allocated(
+                        (d for d in claim.allocation.devices if d.share_id is not None),
+                        self.in_use,
+                        self.shared,
+                    )
         for device_id in objects.unavailable:
             rows = table.rows_of(device_id)
             if rows:
@@ -498,6 +529,7 @@ class DeviceState:
         fork = copy.copy(self)
         fork.free = self.free.copy()
         fork.in_use = set(self.in_use)
+        fork.shared = {device: use.copy() for device, use in self.shared.items()}
         fork._counters = None  # recomputed from what is in use now
         for device in freed:
             fork.in_use.discard(device)
@@ -539,25 +571,32 @@ class DeviceState:
 
     # ------------------------------------------------------------------ counting
 
-    def _counts(self, ok: BoolArray) -> IntArray:
-        """Per node: how many devices of `ok` it can use (its own, and those reaching it)."""
+    def _counts(self, ok: BoolArray, weights: IntArray | None = None) -> IntArray:
+        """Per node: how many devices of `ok` it can use (its own, and those reaching it), each
+        counting for its weight when `weights` are given (capped at UNLIMITED)."""
         n = len(self.nodes)
         local = ok & (self.node_of >= 0)
-        counts = np.bincount(self.node_of[local], minlength=n).astype(np.int64)[:n]
+        if weights is None:
+            counts = np.bincount(self.node_of[local], minlength=n).astype(np.int64)[:n]
+        else:
+            counts = np.zeros(n, dtype=np.int64)
+            np.add.at(counts, self.node_of[local], weights[local])
         for key, members in self.table.network.items():
-            c = int(ok[members].sum())
+            c = int(ok[members].sum()) if weights is None else int(weights[members][ok[members]].sum())
             if c:
                 counts += c * self.reach[key]
-        return counts
+        return np.minimum(counts, UNLIMITED) if weights is not None else counts
 
     def available_counters(self) -> dict[tuple[str, str], dict[str, dict[str, int]]]:
         """Per pool and counter set: counters left after every device in use."""
         if self._counters is None:
             table = self.table
             left = {key: {s: dict(c) for s, c in sets.items()} for key, sets in table.counter_sets.items()}
-            for i in table.counter_devices:
+            for i in [*table.counter_devices, *table.shared_devices]:
                 slice_, device = table.entries[i]
-                if (slice_.driver, slice_.pool, device.name) not in self.in_use:
+                device_id = (slice_.driver, slice_.pool, device.name)
+                use = self.shared.get(device_id)
+                if device_id not in self.in_use and (use is None or use.shares <= 0):
                     continue
                 sets = left.get(table.pool_keys[i], {})
                 for consumption in device.consumes_counters:
@@ -579,7 +618,47 @@ class DeviceState:
             for i in self.table.counter_devices:
                 if ok[i] and not self._counters_fit(left.get(self.table.pool_keys[i], {}), i):
                     ok[i] = False
+        if need.capacity_requests or self.table.shared_devices:
+            # Capacity is checked on every device (upstream's CmpRequestOverCapacity): a request
+            # naming a capacity a device lacks, or more than it has, never takes it; a shared
+            # device serves while a share still fits what its allocated shares left.
+            rows = (
+                [int(i) for i in np.flatnonzero(ok)]
+                if need.capacity_requests
+                else [i for i in self.table.shared_devices if ok[i]]
+            )
+            for i in rows:
+                if self.shares(need, i, ignore_use=ignore_use) == 0:
+                    ok[i] = False
         return ok
+
+    def shares(self, need: Need, i: int, *, ignore_use: bool = False) -> int:
+        """How many shares of `need` device `i` holds: 1 for an unshared device its capacity
+        allows (0 if not), and for a shared one, the shares its remaining capacity holds
+        (UNLIMITED when a share consumes nothing)."""
+        slice_, device = self.table.entries[i]
+        use = None if ignore_use else self.shared.get((slice_.driver, slice_.pool, device.name))
+        if not capacity_fits(need.capacity_requests, device, use):
+            return 0
+        if not device.allow_multiple_allocations:
+            return 1
+        fit = UNLIMITED
+        for name, amount in consumed_capacity(need.capacity_requests, device).items():
+            if amount.nano > 0:
+                left = device.capacities[name].value.nano - (use.consumed.get(name, 0) if use else 0)
+                fit = min(fit, left // amount.nano)
+        return fit
+
+    def _weights(self, need: Need, ok: BoolArray, *, ignore_use: bool = False) -> IntArray | None:
+        """Per device, what it counts for `need`: 1, or its shares for a shared device; None
+        when no selected device is shared (every weight is 1)."""
+        shared = [i for i in self.table.shared_devices if ok[i]]
+        if not shared:
+            return None
+        weights = np.ones(self.table.size, dtype=np.int64)
+        for i in shared:
+            weights[i] = self.shares(need, i, ignore_use=ignore_use)
+        return weights
 
     def _counters_fit(self, left: Mapping[str, Mapping[str, int]], i: int) -> bool:
         device = self.table.entries[i][1]
@@ -612,24 +691,45 @@ class DeviceState:
                 continue
             if need.all_devices:
                 every = self._counts(match.mask & self.table.usable)
-                slots = np.minimum(slots, np.where((every > 0) & (self._counts(ok) == every), 1, 0))
+                whole = np.where((every > 0) & (self._counts(ok) == every), 1, 0)
+                slots = np.minimum(slots, self._all_shares(need, ok, whole, ignore_use=ignore_use))
                 continue
             if j in aligned:
                 continue
             # Needs that select the same devices draw on one count.
-            key = (need.device_class, need.selectors, need.tolerations)
+            key = (need.device_class, need.selectors, need.tolerations, need.capacity_requests)
             first = first_of.setdefault(key, j)
             plain[first] += need.count
         for j, count in plain.items():
             selected = oks[j]
             assert selected is not None
-            slots = np.minimum(slots, self._counted(selected, ignore_use=ignore_use) // count)
+            weights = self._weights(demand.needs[j], selected, ignore_use=ignore_use)
+            slots = np.minimum(slots, self._counted(selected, weights, ignore_use=ignore_use) // count)
         for alignment in demand.alignments:
             slots = np.minimum(slots, self._aligned(demand, alignment, oks))
         return slots
 
-    def _counted(self, ok: BoolArray, *, ignore_use: bool = False) -> IntArray:
-        """Devices per node, where partitionable devices count no more than their counters allow.
+    def _all_shares(self, need: Need, ok: BoolArray, whole: IntArray, *, ignore_use: bool) -> IntArray:
+        """`All` on nodes whose selected devices are all usable (`whole`): one pod, or as many
+        as every one of them has shares for when they are all shared."""
+        shared = [i for i in self.table.shared_devices if ok[i] and self.node_of[i] >= 0]
+        if not shared:
+            return whole
+        fewest = np.full(len(self.nodes), UNLIMITED, dtype=np.int64)
+        for i in shared:
+            fewest[self.node_of[i]] = min(
+                int(fewest[self.node_of[i]]), self.shares(need, i, ignore_use=ignore_use)
+            )
+        unshared = ok & (self.node_of >= 0)
+        unshared[self.table.shared_devices] = False
+        only_shared = self._counts(unshared) == 0
+        return np.where((whole > 0) & only_shared, fewest, whole).astype(np.int64)
+
+    def _counted(
+        self, ok: BoolArray, weights: IntArray | None = None, *, ignore_use: bool = False
+    ) -> IntArray:
+        """Devices per node, where partitionable devices count no more than their counters allow
+        and shared devices count for their `weights` (shares).
 
         A pool's counters are shared by all its devices, node-local or reaching the node through
         a selector or allNodes (the usual shape of per-device node selection), so per node the
@@ -637,11 +737,11 @@ class DeviceState:
         counters hold for the smallest of them. `ignore_use` counts on the counters' full
         values (the node when empty)."""
         if not self.table.counter_devices:
-            return self._counts(ok)
+            return self._counts(ok, weights)
         n = len(self.nodes)
         plain = ok.copy()
         plain[self.table.counter_devices] = False
-        counts = self._counts(plain)
+        counts = self._counts(plain, weights)
         left = self.table.counter_sets if ignore_use else self.available_counters()
         groups: dict[tuple[tuple[str, str], str], list[int]] = {}
         for i in self.table.counter_devices:
@@ -688,12 +788,17 @@ class DeviceState:
             if ok is None or need.admin or need.all_devices:
                 continue
             has = ok & (codes >= 0) & (self.node_of >= 0)
-            flat = np.bincount(self.node_of[has] * width + codes[has], minlength=n * width)[: n * width]
-            grid = flat.reshape(n, width).astype(np.int64)
+            weights = self._weights(need, ok) if alignment.match else None
+            flat = np.bincount(
+                self.node_of[has] * width + codes[has],
+                weights=None if weights is None else weights[has].astype(np.float64),
+                minlength=n * width,
+            )[: n * width]
+            grid = np.minimum(flat.reshape(n, width), UNLIMITED).astype(np.int64)
             for key, members in self.table.network.items():
                 for i in members:
                     if ok[i] and codes[i] >= 0:
-                        grid[self.reach[key], codes[i]] += 1
+                        grid[self.reach[key], codes[i]] += 1 if weights is None else int(weights[i])
             taken += need.count
             if alignment.match:
                 grid = grid // max(need.count, 1)
@@ -773,14 +878,21 @@ class DeviceState:
             classes=self.classes,
             in_use=self.in_use,
             matcher=self.evaluator.matches,
+            shared=self.shared,
         )
         return allocator.allocate(claims, budget=budget)
 
     def commit(self, results: Iterable[AllocationResult]) -> None:
-        """Devices of `results` are in use from now on."""
+        """Devices of `results` are in use from now on (shares: their capacity is consumed)."""
         for result in results:
             for device in result.devices:
                 if device.admin_access:
+                    continue
+                if device.share_id is not None:
+                    self.shared.setdefault(device.device_id, SharedUse()).add(
+                        _share(device.consumed_capacity)
+                    )
+                    self._counters = None
                     continue
                 self.in_use.add(device.device_id)
                 for i in self.table.rows_of(device.device_id):
@@ -794,8 +906,23 @@ class DeviceState:
             for device in result.devices:
                 if device.admin_access:
                     continue
+                if device.share_id is not None:
+                    use = self.shared.get(device.device_id)
+                    if use is not None:
+                        use.remove(_share(device.consumed_capacity))
+                        if use.shares <= 0:
+                            del self.shared[device.device_id]
+                    self._counters = None
+                    continue
                 self.in_use.discard(device.device_id)
                 for i in self.table.rows_of(device.device_id):
                     self.free[i] = bool(self.table.usable[i])
                     if device.entry.consumes_counters:
                         self._counters = None
+
+
+def _share(consumed: Mapping[str, Amount] | None) -> dict[str, int] | None:
+    """What a share this cycle allocated consumes, as its written result will say: None without
+    consumedCapacity (a device without capacity), as upstream's allocated state then records
+    no consumed capacity for it."""
+    return None if consumed is None else {name: amount.nano for name, amount in consumed.items()}
