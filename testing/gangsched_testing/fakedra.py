@@ -6,8 +6,8 @@ driver. This module plays its API side (nothing runs on the fake nodes):
 
 - :class:`NodeDevices` describes one node's devices compactly: GPUs (model, memory as
   capacity, ``resource.kubernetes.io/pcieRoot`` spread over PCIe roots), NICs of a second
-  driver on the same roots, MIG-style partitions sharing per-GPU counters, device taints,
-  and devices with binding conditions.
+  driver on the same roots (optionally shared by bandwidth: consumable capacity), MIG-style
+  partitions sharing per-GPU counters, device taints, and devices with binding conditions.
 - :func:`node_slices` turns it into ResourceSlice manifests (pure; built with
   :mod:`gangsched_testing.dra`, the one set of DRA builders), :func:`device_classes` into
   DeviceClasses.
@@ -141,6 +141,10 @@ class NodeDevices:
     binding: Mapping[str, BindingConditions] = field(default_factory=dict)
     gpu_driver: str = GPU_DRIVER
     nic_driver: str = NIC_DRIVER
+    # With a bandwidth ("100G"), NICs are shared devices (allowMultipleAllocations, KEP-5075):
+    # claims take a share of `bandwidth`, under `nic_bandwidth_policy` (a requestPolicy).
+    nic_bandwidth: str | None = None
+    nic_bandwidth_policy: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or self.nics < 0:
@@ -233,8 +237,20 @@ def _gpu_devices(spec: NodeDevices) -> list[Manifest]:
 
 
 def _nic_devices(spec: NodeDevices) -> list[Manifest]:
+    shared = spec.nic_bandwidth is not None
     return [
-        _finish(dra.device(f"nic-{i}", {PCIE_ROOT: f"pci{i % spec.pcie_roots}", "index": i}), spec)
+        _finish(
+            dra.device(
+                f"nic-{i}",
+                {PCIE_ROOT: f"pci{i % spec.pcie_roots}", "index": i},
+                capacity={"bandwidth": spec.nic_bandwidth} if spec.nic_bandwidth else None,
+                shared=shared,
+                policies={"bandwidth": dict(spec.nic_bandwidth_policy)}
+                if spec.nic_bandwidth_policy
+                else None,
+            ),
+            spec,
+        )
         for i in range(spec.nics)
     ]
 

@@ -26,6 +26,7 @@ from operator_support import (
     wait_until,
 )
 
+from gangsched.quantity import parse_nano
 from gangsched_testing import devcluster, dra, fakedra, fakenodes
 from gangsched_testing.builders import pod_group_manifest, pod_manifest
 from gangsched_testing.rawapi import request_json
@@ -122,9 +123,12 @@ def devices_of(claim: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
 
 
 def check_claims(api: client.ApiClient) -> None:
-    """No device allocated to two claims; every allocated claim reserved only for consumers
-    that exist (pods and PodGroups, by uid)."""
+    """No device allocated to two claims (a shared device's shares excepted: each with its own
+    shareID, together within the device's capacity); every allocated claim reserved only for
+    consumers that exist (pods and PodGroups, by uid)."""
     holders: dict[tuple[str, str, str], str] = {}
+    shares: dict[tuple[str, str, str], dict[str, int]] = {}
+    share_ids: set[str] = set()
     pods = request_json(api, "GET", "/api/v1/pods")["items"]
     uids = {p["metadata"]["uid"] for p in pods}
     groups = request_json(api, "GET", "/apis/scheduling.gangsched.io/v1alpha1/podgroups")["items"]
@@ -136,6 +140,13 @@ def check_claims(api: client.ApiClient) -> None:
             if r.get("adminAccess"):
                 continue
             device = (r["driver"], r["pool"], r["device"])
+            if r.get("shareID"):
+                assert r["shareID"] not in share_ids, f"{name}: shareID {r['shareID']} used twice"
+                share_ids.add(r["shareID"])
+                used = shares.setdefault(device, {})
+                for capacity, value in (r.get("consumedCapacity") or {}).items():
+                    used[capacity] = used.get(capacity, 0) + parse_nano(value)
+                continue
             assert device not in holders, f"{'/'.join(device)} allocated to {holders[device]} and {name}"
             holders[device] = name
         for ref in (claim.get("status") or {}).get("reservedFor") or []:
@@ -146,6 +157,19 @@ def check_claims(api: client.ApiClient) -> None:
                 assert ref["uid"] in group_uids, (
                     f"{name} reserved for PodGroup {ref['name']} that does not exist"
                 )
+    if shares:
+        capacities = {
+            (s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"]): d.get("capacity") or {}
+            for s in request_json(api, "GET", fakedra.SLICES_PATH)["items"]
+            for d in s["spec"].get("devices") or ()
+        }
+        for device, used in shares.items():
+            assert device not in holders, (
+                f"{'/'.join(device)} shared and allocated whole to {holders[device]}"
+            )
+            for capacity, total in used.items():
+                have = parse_nano(capacities[device][capacity]["value"])
+                assert total <= have, f"{'/'.join(device)}: {capacity} shares {total} over {have} (nano)"
 
 
 @pytest.fixture(autouse=True)
@@ -610,6 +634,52 @@ def test_a_gang_shared_claim_is_allocated_once_reserved_for_the_group_and_cleane
         check_claims(admin_api)
     finally:
         request_json(admin_api, "DELETE", f"/apis/{dra.API_VERSION}/resourceslices/{slice_name}")
+
+
+def test_two_gangs_share_a_nic_within_its_bandwidth_and_a_third_waits(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    fake_dra: FakeDra,
+    node_agent: fakenodes.NodeAgent,
+    operator_factory: OperatorFactory,
+) -> None:
+    # One NIC of 100G shared by bandwidth (allowMultipleAllocations, DRAConsumableCapacity on
+    # by default in v1.36); each member's claim takes 25G: two gangs of two fill it.
+    names = fake_nodes(fakenodes.NodeSet(count=1, name_prefix=prefix()))
+    fake_dra(fakedra.NodeDevices(gpus=0, nics=1, nic_bandwidth="100G"), names)
+    operator_factory()
+    share = dra.request("nic", dra.NIC_DRIVER, capacity={"bandwidth": "25G"})
+    create(admin_api, namespace, dra.claim_template(namespace, "nic-share", share))
+    for group in ("a", "b", "c"):
+        create_pod_group(admin_api, namespace, pod_group_manifest(group, 2))
+        create_pods(admin_api, namespace, gang(group, 2, {"nic": "template:nic-share"}))
+        if group != "c":
+            wait_until(all_bound(admin_api, namespace, group, 2), timeout=60, what=f"gang {group} bound")
+    waiting = wait_until(
+        lambda: (
+            (g := get_pod_group(admin_api, namespace, "c")).get("status", {}).get("phase") == "Unschedulable"
+            and g
+        ),
+        timeout=30,
+        what="the third gang Unschedulable",
+    )
+    assert bound_nodes(admin_api, namespace, "c") == {}, condition(waiting)
+    seen: set[str] = set()
+    for group in ("a", "b"):
+        for i in range(2):
+            [claim] = pod_claims(admin_api, namespace, f"{group}-{i}")
+            [result] = claim["status"]["allocation"]["devices"]["results"]
+            assert (result["driver"], result["device"]) == (dra.NIC_DRIVER, "nic-0")
+            assert parse_nano(result["consumedCapacity"]["bandwidth"]) == parse_nano("25G")
+            seen.add(result["shareID"])
+    assert len(seen) == 4
+    check_claims(admin_api)
+    # Gang a finishes: its shares are released and the third gang takes them.
+    for i in range(2):
+        node_agent.finish_pod(namespace=namespace, name=f"a-{i}")
+    wait_until(all_bound(admin_api, namespace, "c", 2), timeout=60, what="the third gang bound")
+    check_claims(admin_api)
 
 
 def test_a_podgroup_claim_its_members_do_not_list_is_allocated_first_and_binds_them_to_its_rack(

@@ -47,6 +47,19 @@ def test_gpus_and_nics_are_one_pool_per_driver_named_after_the_node() -> None:
     assert "consumesCounters" not in devices["gpu-3"]
 
 
+def test_nics_shared_by_bandwidth_are_consumable_capacity_devices() -> None:
+    policy = {"default": "10G", "validRange": {"min": "5G", "step": "5G"}}
+    spec = fakedra.NodeDevices(gpus=0, nics=2, nic_bandwidth="200G", nic_bandwidth_policy=policy)
+    devices = _devices(fakedra.node_slices(spec, "n1"))
+    assert sorted(devices) == ["nic-0", "nic-1"]
+    for nic in devices.values():
+        assert nic["allowMultipleAllocations"] is True
+        assert nic["capacity"] == {"bandwidth": {"value": "200G", "requestPolicy": policy}}
+    plain = _devices(fakedra.node_slices(fakedra.NodeDevices(gpus=0, nics=1), "n1"))
+    assert "allowMultipleAllocations" not in plain["nic-0"]
+    assert "capacity" not in plain["nic-0"]
+
+
 def test_node_owns_its_slices_when_its_uid_is_known() -> None:
     [s] = fakedra.node_slices(fakedra.NodeDevices(gpus=1), "n1", node_uid="u-1", generation=4)
     assert s["metadata"]["ownerReferences"] == [
