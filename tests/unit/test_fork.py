@@ -53,7 +53,9 @@ def test_a_device_state_fork_frees_devices_and_leaves_the_original_alone() -> No
     held = (dra.GPU_DRIVER, "a", "gpu-0")
     free, in_use = state.free.copy(), set(state.in_use)
     assert in_use == {held}
-    fork = state.fork([held])
+    allocation = objects.claims[("ml", "held")].allocation
+    assert allocation is not None
+    fork = state.fork(allocation.devices)
     assert fork.in_use == set()
     assert fork.free.all()
     claim = objects.claims[("ml", "w-0-gpu")]

@@ -245,6 +245,44 @@ def test_a_dra_gang_frees_devices_by_preempting_their_claims_users() -> None:
     )
 
 
+def test_a_dra_gang_frees_a_share_of_a_shared_device_by_preempting_its_user() -> None:
+    from gangsched_testing import dra
+
+    host = f"{R0}-h0"
+    # A low-priority pod holds 70G of the only NIC's 100G: a 40G share fits once it is gone.
+    nic = dra.device("nic-0", capacity={"bandwidth": "100G"}, shared=True)
+    low = dataclasses.replace(
+        dra.claim_pod("low", None, {"nic": "low-nic"}, node_name=host, priority=10), phase="Running"
+    )
+    held = dra.claim("ml", "low-nic", dra.request("nic", dra.NIC_DRIVER, capacity={"bandwidth": "70G"}))
+    result_json = {"request": "nic", "driver": dra.NIC_DRIVER, "pool": host, "device": "nic-0"}
+    result_json |= {
+        "shareID": "00000000-0000-0000-0000-000000000001",
+        "consumedCapacity": {"bandwidth": "70G"},
+    }
+    held["status"] = {"allocation": {"devices": {"results": [result_json]}}}
+    hi = [dra.claim_pod("hi-0", "hi", {"nic": "template:share"}, priority=1000)]
+    share = dra.claim_template(
+        "ml", "share", dra.request("nic", dra.NIC_DRIVER, capacity={"bandwidth": "40G"})
+    )
+    objects = dra.dra_objects(
+        [
+            dra.gpu_class(dra.NIC_DRIVER, dra.NIC_DRIVER),
+            dra.node_slice(host, [nic], driver=dra.NIC_DRIVER),
+            held,
+            share,
+        ],
+        [low, *hi],
+    )
+    cluster = topology_nodes(zones=1, blocks=1, racks=1, hosts=1, gpu=0)
+    d = decision(
+        schedule_cycle(nodes=cluster, pods=[low, *hi], pod_groups=[pod_group("hi", 1)], dra=objects), "hi"
+    )
+    assert victims(d) == ["low"]
+    assert d.preemption is not None
+    assert d.preemption.freed_devices == [(dra.NIC_DRIVER, host, "nic-0")]
+
+
 def test_a_victim_protected_by_a_disruption_budget_is_chosen_last() -> None:
     from gangsched.model.pdb import parse_disruption_budget
 

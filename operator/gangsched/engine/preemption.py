@@ -38,6 +38,7 @@ from gangsched.engine.group import place_group
 from gangsched.engine.snapshot import BoolArray, Snapshot
 from gangsched.engine.types import GroupDecision, GroupRequest, Preemption, Unit, WaitForTerminating
 from gangsched.model import Key, Pod, PodGroup
+from gangsched.model.dra import AllocatedDevice
 from gangsched.model.pdb import DisruptionBudget
 from gangsched.model.pod import PREEMPT_NEVER
 from gangsched.model.podgroup import DisruptionMode
@@ -117,19 +118,24 @@ class _World:
         snap = self.snapshot.fork(gone)
         state = None
         if self.devices is not None:
-            state = self.devices.fork(self.freed_devices({p.key for p in gone}))
+            state = self.devices.fork(self.freed_results({p.key for p in gone}))
         return place_group(snap, group, outside, state, dict(self.allocated_now)).decision
 
-    def freed_devices(self, gone: set[Key]) -> list[DeviceId]:
+    def freed_results(self, gone: set[Key]) -> list[AllocatedDevice]:
+        """The allocation results of the claims freed when `gone` are (adminAccess aside)."""
         if self.devices is None:
             return []
         claims = self.devices.objects.claims
-        out: list[DeviceId] = []
+        out: list[AllocatedDevice] = []
         for key in self.freed_claims(gone):
             claim = claims.get(key)
             if claim is not None and claim.allocation is not None:
-                out.extend(d.device_id for d in claim.allocation.devices if not d.admin_access)
+                out.extend(d for d in claim.allocation.devices if not d.admin_access)
         return out
+
+    def freed_devices(self, gone: set[Key]) -> list[DeviceId]:
+        """The devices freed when `gone` are: held whole, or shares (counted once per device)."""
+        return list(dict.fromkeys(d.device_id for d in self.freed_results(gone)))
 
 
 def place_without(

@@ -47,12 +47,14 @@ from gangsched.engine.dra.allocator import (
     consumed_capacity,
     gather_allocated,
     lookup_attribute,
+    share_consumption,
     taint_blocks,
 )
 from gangsched.engine.dra.cel import CelCompileError, SelectorEvaluator
 from gangsched.engine.dra.pools import DeviceId, Pool, gather_pools, node_matches, usable_slice_ids
 from gangsched.model import Key, Node
 from gangsched.model.dra import (
+    AllocatedDevice,
     Allocation,
     Amount,
     Device,
@@ -523,15 +525,26 @@ class DeviceState:
                 self.free[rows] = False
         self._counters: dict[tuple[str, str], dict[str, dict[str, int]]] | None = None
 
-    def fork(self, freed: Sequence[DeviceId] = ()) -> DeviceState:
-        """A copy to allocate on, leaving this one as it is, with `freed` devices free again.
+    def fork(self, freed: Sequence[AllocatedDevice] = ()) -> DeviceState:
+        """A copy to allocate on, leaving this one as it is, with the `freed` results of
+        allocated claims given back: a device free again, a share's capacity returned.
         The table, evaluator and node reach are shared (read only); what is in use is copied."""
         fork = copy.copy(self)
         fork.free = self.free.copy()
         fork.in_use = set(self.in_use)
         fork.shared = {device: use.copy() for device, use in self.shared.items()}
         fork._counters = None  # recomputed from what is in use now
-        for device in freed:
+        for result in freed:
+            device = result.device_id
+            if result.admin_access:
+                continue
+            if result.share_id is not None:
+                use = fork.shared.get(device)
+                if use is not None:
+                    use.remove(share_consumption(result))
+                    if use.shares <= 0:
+                        del fork.shared[device]
+                continue
             fork.in_use.discard(device)
             for row in self.table.rows_of(device):
                 fork.free[row] = bool(self.table.usable[row])
