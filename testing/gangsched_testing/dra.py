@@ -143,6 +143,28 @@ def node_slice(
     }
 
 
+def selector_slice(
+    name: str, driver: str, devices: Sequence[Manifest], key: str, values: Sequence[str]
+) -> Manifest:
+    """A network-attached pool `name` of one slice: its devices reach every node whose label
+    `key` is one of `values` (an interconnect channel of one rack, say)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver,
+            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": key, "operator": "In", "values": list(values)}]}
+                ]
+            },
+            "devices": list(devices),
+        },
+    }
+
+
 def request(
     name: str,
     device_class: str = GPU_DRIVER,

@@ -693,21 +693,7 @@ def test_a_podgroup_claim_its_members_do_not_list_is_allocated_first_and_binds_t
     names = nodes(fake_nodes, blocks=1, racks=2, hosts=2)
     rack = client.CoreV1Api(admin_api).read_node(names[-1]).metadata.labels[RACK]
     name = f"fabric-{uuid.uuid4().hex[:5]}"
-    body = {
-        "apiVersion": dra.API_VERSION,
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": FABRIC,
-            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": RACK, "operator": "In", "values": [rack]}]}
-                ]
-            },
-            "devices": [dra.device("channel-0", {"kind": "channel"})],
-        },
-    }
+    body = dra.selector_slice(name, FABRIC, [dra.device("channel-0", {"kind": "channel"})], RACK, [rack])
     request_json(admin_api, "POST", f"/apis/{dra.API_VERSION}/resourceslices", body=body)
     if not any(
         c["metadata"]["name"] == FABRIC for c in request_json(admin_api, "GET", fakedra.CLASSES_PATH)["items"]

@@ -573,21 +573,8 @@ FABRIC_DRIVER = "fabric.example.com"
 
 def rack_fabric_slice(rack: str, channels: int) -> dict[str, Any]:
     """Interconnect channels reachable from every node of one rack (a network-attached pool)."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"fabric-{rack}"},
-        "spec": {
-            "driver": FABRIC_DRIVER,
-            "pool": {"name": f"fabric-{rack}", "generation": 1, "resourceSliceCount": 1},
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": RACK, "operator": "In", "values": [rack]}]}
-                ]
-            },
-            "devices": [dra.device(f"channel-{i}") for i in range(channels)],
-        },
-    }
+    devices = [dra.device(f"channel-{i}") for i in range(channels)]
+    return dra.selector_slice(f"fabric-{rack}", FABRIC_DRIVER, devices, RACK, [rack])
 
 
 def fabric_group(name: str, size: int, **options: Any) -> PodGroup:

@@ -90,21 +90,7 @@ def cases(draw: st.DrawFn) -> Case:
 
 
 def fabric_slice(rack: str) -> dict[str, Any]:
-    return {
-        "apiVersion": dra.API_VERSION,
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"fabric-{rack}"},
-        "spec": {
-            "driver": FABRIC,
-            "pool": {"name": f"fabric-{rack}", "generation": 1, "resourceSliceCount": 1},
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": RACK, "operator": "In", "values": [rack]}]}
-                ]
-            },
-            "devices": [dra.device("channel-0")],
-        },
-    }
+    return dra.selector_slice(f"fabric-{rack}", FABRIC, [dra.device("channel-0")], RACK, [rack])
 
 
 def cluster(case: Case) -> tuple[list[Node], list[Pod], list[PodGroup], list[dict[str, Any]]]:

@@ -200,15 +200,9 @@ def resolve(
                     f"(claim {entry.name}) to be created"
                 )
             key = (pod.namespace, name)
-            claim = claims.get(key)
-            if claim is None:
-                return WaitingForClaims(
-                    f"pod {pod.name}: waiting for ResourceClaim {pod.namespace}/{name} (claim {entry.name})"
-                )
-            if claim.deleting:
-                return WaitingForClaims(
-                    f"pod {pod.name}: ResourceClaim {pod.namespace}/{name} is being deleted"
-                )
+            claim = _usable(claims, key, f"pod {pod.name}", f" (claim {entry.name})")
+            if isinstance(claim, WaitingForClaims):
+                return claim
             found[key] = claim
             resolved.append(ClaimUse(entry.name, key))
             users.setdefault(key, []).append(pod.key)
@@ -224,15 +218,9 @@ def resolve(
                 f"PodGroup claim {entry_name}: waiting for its ResourceClaim to be created"
             )
         key = (namespace, name)
-        claim = claims.get(key)
-        if claim is None:
-            return WaitingForClaims(
-                f"PodGroup claim {entry_name}: waiting for ResourceClaim {namespace}/{name}"
-            )
-        if claim.deleting:
-            return WaitingForClaims(
-                f"PodGroup claim {entry_name}: ResourceClaim {namespace}/{name} is being deleted"
-            )
+        claim = _usable(claims, key, f"PodGroup claim {entry_name}")
+        if isinstance(claim, WaitingForClaims):
+            return claim
         found[key] = claim
         of_group.append(key)
         # Every pending member is a user, listed or not.
@@ -262,6 +250,18 @@ def resolve(
         of_group=tuple(of_group),
         choices=choices,
     )
+
+
+def _usable(
+    claims: Mapping[Key, ResourceClaim], key: Key, who: str, entry: str = ""
+) -> ResourceClaim | WaitingForClaims:
+    """The claim `key`, or why `who` waits for it (missing, or being deleted)."""
+    claim = claims.get(key)
+    if claim is None:
+        return WaitingForClaims(f"{who}: waiting for ResourceClaim {key[0]}/{key[1]}{entry}")
+    if claim.deleting:
+        return WaitingForClaims(f"{who}: ResourceClaim {key[0]}/{key[1]} is being deleted")
+    return claim
 
 
 def selector_terms(selector: Mapping[str, object] | None) -> tuple[SelectorTerm, ...] | None:
