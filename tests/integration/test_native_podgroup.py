@@ -292,3 +292,42 @@ def test_a_native_group_claim_is_made_by_the_controller_allocated_once_and_reser
         assert cond["reason"] == "Scheduled"
     finally:
         request_json(admin_api, "DELETE", f"/apis/{dra.API_VERSION}/resourceslices/{slice_name}")
+
+
+def test_a_native_group_claim_no_member_lists_is_made_allocated_and_binds_the_gang_where_it_reaches(
+    admin_api: client.ApiClient,
+    namespace: str,
+    fake_nodes: NodeFactory,
+    controller_manager: devcluster.ControlPlane,
+    operator_factory: OperatorFactory,
+) -> None:
+    # The channel reaches one rack; the members list no claim: only the PodGroup needs it.
+    shape = fakenodes.TopologyShape(zones=1, blocks=1, racks=2, hosts=2)
+    names = fake_nodes(fakenodes.NodeSet(shape=shape, name_prefix=prefix()))
+    rack = request_json(admin_api, "GET", f"/api/v1/nodes/{names[-1]}")["metadata"]["labels"][RACK]
+    slice_name = f"fabric-{uuid.uuid4().hex[:5]}"
+    body = dra.selector_slice(slice_name, FABRIC, [dra.device("channel-0")], RACK, [rack])
+    request_json(admin_api, "POST", f"/apis/{dra.API_VERSION}/resourceslices", body=body)
+    if not any(
+        c["metadata"]["name"] == FABRIC for c in request_json(admin_api, "GET", fakedra.CLASSES_PATH)["items"]
+    ):
+        request_json(admin_api, "POST", fakedra.CLASSES_PATH, body=dra.gpu_class(FABRIC, FABRIC))
+    claims = f"/apis/{dra.API_VERSION}/namespaces/{namespace}"
+    try:
+        operator_factory()
+        template = dra.claim_template(namespace, "channel", dra.request("ch", FABRIC))
+        request_json(admin_api, "POST", f"{claims}/resourceclaimtemplates", body=template)
+        entry = {"name": "net", "resourceClaimTemplateName": "channel"}
+        created = create_native(
+            admin_api, namespace, native_pod_group_manifest("ring", 2, resource_claims=[entry])
+        )
+        create_pods(admin_api, namespace, native_gang_manifests("ring", 2))
+        placed = wait_until(native_bound(admin_api, namespace, "ring", 2), timeout=60, what="the gang bound")
+        assert racks(admin_api, placed) == {rack}
+        [status] = get_native(admin_api, namespace, "ring")["status"]["resourceClaimStatuses"]
+        net = request_json(admin_api, "GET", f"{claims}/resourceclaims/{status['resourceClaimName']}")
+        [result] = net["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["device"]) == (FABRIC, "channel-0")
+        assert net["status"]["reservedFor"][0]["uid"] == created["metadata"]["uid"]
+    finally:
+        request_json(admin_api, "DELETE", f"/apis/{dra.API_VERSION}/resourceslices/{slice_name}")
