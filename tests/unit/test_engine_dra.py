@@ -145,8 +145,8 @@ def test_gangs_share_a_device_within_its_capacity_and_a_third_waits() -> None:
     assert not late.scheduled
     assert late.allocations == {}
     assert late.message == (
-        "0/1 nodes eligible for 1 pod: 1 no free device for request nic (class nic); "
-        "needs 1 pod placed together"
+        "0/1 nodes eligible for 1 pod: 1 capacity of shared devices used up for request nic "
+        "(class nic); needs 1 pod placed together"
     )
 
 

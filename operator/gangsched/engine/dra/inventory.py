@@ -854,6 +854,18 @@ class DeviceState:
                             out[f"devices tainted {taint_text(taint)}"] += 1
                             decided[pos] = True
                     short = untainted_short
+                if self.table.shared_devices:
+                    # Shared devices that would serve the request but for the shares they hold.
+                    shared = np.zeros(self.table.size, dtype=bool)
+                    shared[self.table.shared_devices] = True
+                    spare = self.usable_for(need, match, ignore_use=True) & shared & self.free
+                    used_up = short & ~decided & (self._counts(ok | spare)[nodes] >= wanted)
+                    if used_up.any():
+                        out[
+                            f"capacity of shared devices used up for request {need.request} "
+                            f"(class {need.device_class})"
+                        ] += int(used_up.sum())
+                        decided |= used_up
             fresh = short & ~decided
             if fresh.any():
                 out[f"no free device for request {need.request} (class {need.device_class})"] += int(
