@@ -634,7 +634,8 @@ def test_the_dra_example_directory() -> None:
     shares = placed("net/ingest-") + placed("net/export-")
     assert [(p["node"], devs(p)) for p in shares] == [("bw-0", [("nic", "bw-0", "nic-0")])] * 3
     assert groups["net/backup"]["scheduled"] is False
-    assert "1 capacity of shared devices used up for request nic (class vnic.example.com)" in groups["net/backup"]["message"]
+    used_up = "1 capacity of shared devices used up for request nic (class vnic.example.com)"
+    assert used_up in groups["net/backup"]["message"]
     assert pods["net/backup-0"]["devices"] == []
 
 

@@ -124,6 +124,16 @@ class Device:
     binding_conditions: tuple[str, ...] = ()
     binding_failure_conditions: tuple[str, ...] = ()
     allow_multiple_allocations: bool = False
+    # A request without capacity.requests always fits an unshared device none of whose
+    # capacities has a requestPolicy (each consumes its whole value): the allocator's common
+    # case, told apart once here so its search skips the capacity arithmetic.
+    capacity_always_fits: bool = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        always = not self.allow_multiple_allocations and all(
+            c.request_policy is None for c in self.capacities.values()
+        )
+        object.__setattr__(self, "capacity_always_fits", always)
 
 
 @dataclass(frozen=True, slots=True)

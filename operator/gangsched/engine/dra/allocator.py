@@ -564,6 +564,8 @@ class _Run:
         return device in self.owner.in_use or bool(self.allocating.get(device))
 
     def capacity_fits(self, data: _Request, device_id: DeviceId, device: Device) -> bool:
+        if not data.sub.capacity_requests and device.capacity_always_fits:
+            return True
         return capacity_fits(
             data.sub.capacity_requests,
             device,

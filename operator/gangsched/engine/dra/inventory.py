@@ -209,7 +209,9 @@ class DeviceTable:
             [names.setdefault(n, len(names)) if n else -1 for n in self.node_names], dtype=np.int64
         )
         self.node_name_list: list[str] = [n for n in names if n]
-        self._allocated: dict[int, tuple[Allocation, list[DeviceId], IntArray]] = {}
+        self._allocated: dict[
+            int, tuple[Allocation, list[DeviceId], IntArray, tuple[AllocatedDevice, ...]]
+        ] = {}
         # Shared devices count by shares, not through counters (see the module docstring).
         self.shared_devices = [i for i, (_, d) in enumerate(self.entries) if d.allow_multiple_allocations]
         self.counter_devices = [
@@ -333,19 +335,22 @@ class DeviceTable:
         self._matches[key] = result
         return result
 
-    def allocated(self, allocation: Allocation) -> tuple[list[DeviceId], IntArray]:
+    def allocated(
+        self, allocation: Allocation
+    ) -> tuple[list[DeviceId], IntArray, tuple[AllocatedDevice, ...]]:
         """The devices an allocation holds (adminAccess results and shares hold none: a share
-        consumes capacity, see `DeviceState.shared`), and their rows; remembered per allocation
-        object while the table lives."""
+        consumes capacity, see `DeviceState.shared`), their rows, and its shares; remembered
+        per allocation object while the table lives (every cycle asks for every claim)."""
         cached = self._allocated.get(id(allocation))
         if cached is None or cached[0] is not allocation:
             ids = [d.device_id for d in allocation.devices if not d.admin_access and d.share_id is None]
             rows = np.array([r for i in ids for r in self.rows_of(i)], dtype=np.int64)
+            shares = tuple(d for d in allocation.devices if d.share_id is not None and not d.admin_access)
             if len(self._allocated) > 100_000:
                 self._allocated.clear()
-            cached = (allocation, ids, rows)
+            cached = (allocation, ids, rows, shares)
             self._allocated[id(allocation)] = cached
-        return cached[1], cached[2]
+        return cached[1], cached[2], cached[3]
 
     def attribute_codes(self, name: str) -> tuple[IntArray, list[tuple[str, object]]]:
         """Per device, a code for the value of attribute `name` (-1 without it), and the values."""
@@ -509,15 +514,11 @@ class DeviceState:
         self.free = table.usable.copy()
         for claim in objects.claims.values():
             if claim.allocation is not None:
-                ids, rows_in_use = table.allocated(claim.allocation)
+                ids, rows_in_use, shares = table.allocated(claim.allocation)
                 self.in_use.update(ids)
                 self.free[rows_in_use] = False
-                if any(d.share_id is not None for d in claim.allocation.devices):
-                    gather_allocated(
-                        (d for d in claim.allocation.devices if d.share_id is not None),
-                        self.in_use,
-                        self.shared,
-                    )
+                if shares:
+                    gather_allocated(shares, self.in_use, self.shared)
         for device_id in objects.unavailable:
             rows = table.rows_of(device_id)
             if rows:
