@@ -16,7 +16,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from gangsched import __version__
-from gangsched.model import DEFAULT_SCHEDULER_NAME, PodGroupApi
+from gangsched.model import DEFAULT_SCHEDULER_NAME, PodGroupApi, QueueingStrategy
 
 _Command = TypeVar("_Command", bound=Callable[..., Any])
 
@@ -139,7 +139,17 @@ class SectionedCommand(click.Command):
 DEFAULT_LEASE_NAME = "gangsched"
 
 RUN_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Scheduling", ("scheduler_name", "namespaces", "all_namespaces", "reservation_after", "pod_events")),
+    (
+        "Scheduling",
+        (
+            "scheduler_name",
+            "namespaces",
+            "all_namespaces",
+            "queueing_strategy",
+            "reservation_after",
+            "pod_events",
+        ),
+    ),
     ("Cluster connection", ("kubeconfig",)),
     (
         "Leader election",
@@ -249,6 +259,15 @@ RUN_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     help="Seconds a group waits unschedulable before it reserves the domain it is closest to fitting.",
 )
 @click.option(
+    "--queueing-strategy",
+    type=click.Choice([s.value for s in QueueingStrategy]),
+    default=QueueingStrategy.BEST_EFFORT_FIFO.value,
+    show_default=True,
+    help="BestEffortFIFO: a group that does not fit lets later groups use the room it cannot "
+    "(backfill). StrictFIFO: within a priority level it blocks every group behind it until it "
+    "fits (one that can never fit blocks nothing); higher priorities still go first.",
+)
+@click.option(
     "--watch-budget",
     type=float,
     default=60.0,
@@ -330,6 +349,7 @@ def _run_options(opts: dict[str, Any]) -> Any:
             namespaces=frozenset(opts["namespaces"]) if opts["namespaces"] else None,
             pod_events=opts["pod_events"],
             reservation_after_seconds=opts["reservation_after"],
+            queueing=QueueingStrategy(opts["queueing_strategy"]),
             stall_budget_seconds=stall_budget,
             faults=faults,
         ),

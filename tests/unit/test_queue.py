@@ -10,8 +10,8 @@ from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.queue import build_queue, order_key, queue_order, ready_since
 from gangsched.engine.reservation import never_fits, reservation_nodes
 from gangsched.engine.snapshot import Snapshot
-from gangsched.engine.types import GroupRequest
-from gangsched.model import ModelError, Node, Placement, Pod, PodGroup, Reason, parse_pod
+from gangsched.engine.types import GroupRequest, QueueHead
+from gangsched.model import ModelError, Node, Placement, Pod, PodGroup, QueueingStrategy, Reason, parse_pod
 from gangsched.model.podgroup import DisruptionMode
 from gangsched_testing.builders import (
     BLOCK,
@@ -275,3 +275,73 @@ def test_pod_group_disruption_mode() -> None:
     assert invalid.spec is None
     assert invalid.spec_error is not None
     assert "spec.disruptionMode" in invalid.spec_error
+
+
+# --------------------------------------------------------------------------- queueing strategies
+
+STRICT = QueueingStrategy.STRICT_FIFO
+
+
+def fifo_case() -> tuple[list[Node], list[Pod], list[PodGroup]]:
+    """Two 8-GPU nodes, one busy: `big` (2 nodes' worth, first in the queue) does not fit;
+    `small` (one node) behind it would."""
+    nodes = [node("a", gpu=8), node("b", gpu=8)]
+    busy = pod("busy", None, gpu=8, node_name="a", created=T0)
+    groups = [pod_group("big", 2, created=T1), pod_group("small", 1, created=T2)]
+    members = [*pods("big", 2, "big", gpu=8, created=T1), pod("small-0", "small", gpu=8, created=T2)]
+    return nodes, [busy, *members], groups
+
+
+def test_best_effort_fifo_backfills_behind_a_head_that_does_not_fit() -> None:
+    nodes, all_pods, groups = fifo_case()
+    result = run(nodes, all_pods, groups)
+    assert not decision(result, "big").scheduled
+    assert decision(result, "small").scheduled
+    assert not decision(result, "big").blocks_queue
+
+
+def test_strict_fifo_blocks_everything_behind_a_head_that_does_not_fit() -> None:
+    nodes, all_pods, groups = fifo_case()
+    result = run(nodes, all_pods, groups, queueing=STRICT)
+    head, behind = decision(result, "big"), decision(result, "small")
+    assert (head.reason, head.blocks_queue) == (Reason.UNSCHEDULABLE, True)
+    assert not behind.scheduled
+    assert behind.reason == Reason.QUEUED_BEHIND
+    assert behind.message == "StrictFIFO: queued behind ml/big, which comes first and does not fit yet"
+    assert behind.assignments == {}
+    # Once the head fits, it and the group behind it are placed in the same cycle.
+    freed = [p for p in all_pods if p.name != "busy"]
+    result = run(nodes, freed, groups, queueing=STRICT)
+    assert decision(result, "big").scheduled
+    assert not decision(result, "small").scheduled  # no room left, and now it is the head
+    assert decision(result, "small").reason == Reason.UNSCHEDULABLE
+
+
+def test_strict_fifo_lets_a_higher_priority_pass_and_a_never_fitting_head_block_nothing() -> None:
+    nodes, all_pods, groups = fifo_case()
+    urgent = pod_group("urgent", 1, created=T3)
+    high = [pod("urgent-0", "urgent", gpu=8, created=T3, priority=1000)]
+    result = run(nodes, [*all_pods, *high], [*groups, urgent], queueing=STRICT)
+    assert decision(result, "urgent").scheduled  # ahead of the head: higher priority
+    # A gang that can never fit (3 nodes' worth on 2 nodes) blocks nobody.
+    giant = pod_group("giant", 3, created=T0)
+    members = pods("giant", 3, "giant", gpu=8, created=T0)
+    result = run(nodes, [*all_pods, *members], [*groups, giant], queueing=STRICT)
+    assert decision(result, "giant").message.startswith("can never fit")
+    assert not decision(result, "giant").blocks_queue
+    assert decision(result, "big").blocks_queue
+    assert decision(result, "small").reason == Reason.QUEUED_BEHIND
+
+
+def test_strict_fifo_heads_from_earlier_cycles_block_groups_decided_now() -> None:
+    # The loop passes a head it does not decide this cycle (it backs off, say).
+    nodes, all_pods, groups = fifo_case()
+    small_only = [p for p in all_pods if p.pod_group != "big"]
+    head = QueueHead(("ml", "big"), (0, T1, "ml", "big"))
+    result = run(nodes, small_only, groups, queueing=STRICT, heads=[head])
+    assert decision(result, "small").reason == Reason.QUEUED_BEHIND
+    # Behind it in the queue only: a group ahead of the head is tried.
+    early = QueueHead(("ml", "big"), (0, T3, "ml", "big"))
+    assert decision(run(nodes, small_only, groups, queueing=STRICT, heads=[early]), "small").scheduled
+    # Best effort ignores heads.
+    assert decision(run(nodes, small_only, groups, heads=[head]), "small").scheduled

@@ -398,6 +398,25 @@ def test_a_preempting_group_has_no_backoff() -> None:
     assert not queue.due(("ml", "lo"), 10.01, 6)  # an ordinary failure backs off
 
 
+def test_a_strict_fifo_head_has_no_backoff_and_stays_a_head_until_decided_otherwise() -> None:
+    from gangsched.loop.config import SchedulerConfig
+    from gangsched.loop.queue import SchedulingQueue
+    from gangsched.model import Reason
+
+    queue = SchedulingQueue(config=SchedulerConfig(), wake_later=lambda _: None)
+    head = ("ml", "big")
+    queue.unplaced(head, Reason.UNSCHEDULABLE, 10.0, 5, blocking=True)
+    queue.unplaced(head, Reason.UNSCHEDULABLE, 10.0, 5, blocking=True)
+    assert queue.blocking(head)
+    assert not queue.due(head, 10.0, 5)  # nothing changed yet
+    assert queue.due(head, 10.01, 6)  # a gang finished: tried at once, the round starts now
+    queue.unplaced(head, Reason.QUEUED_BEHIND, 11.0, 6)  # a new head came ahead of it
+    assert not queue.blocking(head)
+    queue.unplaced(head, Reason.UNSCHEDULABLE, 12.0, 7, blocking=True)
+    queue.scheduled(head)
+    assert not queue.blocking(head)
+
+
 def test_every_cycle_gets_the_schedulers_own_device_caches(monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine keeps nothing between calls: the loop owns its device caches and passes the
     same ones every cycle (so an unchanged inventory is not evaluated again)."""

@@ -25,7 +25,13 @@ from gangsched.engine.dra.inventory import DeviceCaches, DraObjects
 from gangsched.engine.queue import queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS
 from gangsched.engine.snapshot import Snapshot
-from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Reservation
+from gangsched.engine.types import (
+    CycleResult,
+    GroupDecision,
+    GroupRequest,
+    QueueHead,
+    Reservation,
+)
 
 __all__ = [
     "DEFAULT_RESERVATION_AFTER_SECONDS",
@@ -34,6 +40,7 @@ __all__ = [
     "DraObjects",
     "GroupDecision",
     "GroupRequest",
+    "QueueHead",
     "Reservation",
     "Snapshot",
     "queue_order",

@@ -16,10 +16,17 @@ from gangsched.engine.dra.inventory import DeviceCaches, DeviceState, DraObjects
 from gangsched.engine.group import place_group
 from gangsched.engine.preemption import Running, find_preemption
 from gangsched.engine.queue import Queue, belongs, build_queue, order_key, queue_order
-from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, reservation_nodes
+from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, never_fits, reservation_nodes
 from gangsched.engine.snapshot import BoolArray, Snapshot
-from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Reservation, WaitForTerminating
-from gangsched.model import DEFAULT_SCHEDULER_NAME, Key, Node, Pod, PodGroup, Reason
+from gangsched.engine.types import (
+    CycleResult,
+    GroupDecision,
+    GroupRequest,
+    QueueHead,
+    Reservation,
+    WaitForTerminating,
+)
+from gangsched.model import DEFAULT_SCHEDULER_NAME, Key, Node, Pod, PodGroup, QueueingStrategy, Reason
 from gangsched.model.pdb import DisruptionBudget
 
 # Called with each group right before it is placed, on the cycle's live state: the snapshot
@@ -42,6 +49,8 @@ def schedule_groups(
     pod_groups: Mapping[Key, PodGroup] | None = None,
     budgets: Sequence[DisruptionBudget] = (),
     before_place: BeforePlace | None = None,
+    queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO,
+    heads: Sequence[QueueHead] = (),
 ) -> tuple[list[GroupDecision], list[Reservation]]:
     """Decide for every group in queue order, assuming each placement before the next group.
 
@@ -57,6 +66,11 @@ def schedule_groups(
     is held for it like a reservation (a nomination). `nominations` are those the loop keeps
     while victims terminate: their owners do not preempt again, and groups behind them may
     not use their nodes. `before_place` sees each group's turn (`gangsched explain`).
+
+    With `queueing` StrictFIFO, a group that does not fit (but could in the empty cluster),
+    or waits for the victims of its preemption, is a head: every group after it in queue
+    order (same or lower priority) waits, `Reason.QUEUED_BEHIND`, without being tried.
+    `heads` are those the loop knows from earlier cycles and does not decide now.
     """
     decisions: list[GroupDecision] = []
     deciding = {g.key for g in groups}
@@ -65,8 +79,15 @@ def schedule_groups(
     nominated = list(nominations)
     preempting = {r.owner for r in nominations}
     running: Running | None = None  # what preemption reads of the running pods, once per cycle
+    strict = queueing == QueueingStrategy.STRICT_FIFO
+    ahead = [h for h in heads if h.key not in deciding] if strict else []
     for group in queue_order(groups):
-        blocked = blocked_for(snapshot, [*standing, *nominated], order_key(group), group.key)
+        order = order_key(group)
+        head = next((h for h in ahead if h.order < order), None)
+        if head is not None:
+            decisions.append(queued_behind(group, head))
+            continue
+        blocked = blocked_for(snapshot, [*standing, *nominated], order, group.key)
         if before_place is not None:
             before_place(group, snapshot, blocked, devices, allocated_now)
         outcome = place_group(snapshot, group, blocked, devices, allocated_now)
@@ -74,6 +95,10 @@ def schedule_groups(
         cap = outcome.capacity
         if outcome.decision.scheduled or cap is None:
             continue
+        if strict and outcome.decision.reason == Reason.UNSCHEDULABLE and never_fits(cap) is None:
+            # Decided before the preemption below, which keeps it a head while victims go.
+            outcome.decision.blocks_queue = True
+            ahead.append(QueueHead(group.key, order))
         if group.key not in preempting and outcome.decision.reason == Reason.UNSCHEDULABLE and bound:
             if running is None:
                 running = Running.of(bound, pod_groups or {})
@@ -105,6 +130,19 @@ def schedule_groups(
                 names = frozenset(snapshot.nodes[int(i)].name for i in np.flatnonzero(reserved))
                 standing.append(Reservation(group.key, group.priority, order_key(group), names))
     return decisions, standing
+
+
+def queued_behind(group: GroupRequest, head: QueueHead) -> GroupDecision:
+    return GroupDecision(
+        namespace=group.namespace,
+        name=group.name,
+        scheduled=False,
+        reason=Reason.QUEUED_BEHIND,
+        message=(
+            f"StrictFIFO: queued behind {head.key[0]}/{head.key[1]}, which comes first and does not fit yet"
+        ),
+        pending=list(group.pending),
+    )
 
 
 def blocked_for(
@@ -143,6 +181,8 @@ def schedule_cycle(
     before_place: BeforePlace | None = None,
     device_caches: DeviceCaches | None = None,
     held_pods: Mapping[Key, str] | None = None,
+    queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO,
+    heads: Sequence[QueueHead] = (),
 ) -> CycleResult:
     """Group the pending pods of `scheduler_name`, then place every group in queue order.
 
@@ -154,7 +194,7 @@ def schedule_cycle(
     caller's, kept across its cycles (the operator passes the same one every cycle); without
     them this call starts from none. `held_pods` (without `queue`) are pods whose automatic gang
     is not formed yet, with why: each waits alone, never placed (`build_queue`'s `held`, what the
-    loop's `loop.gangs` holds).
+    loop's `loop.gangs` holds). `queueing` and `heads`: see `schedule_groups`.
     """
     if queue is None:
         queue = build_queue(
@@ -187,6 +227,8 @@ def schedule_cycle(
         pod_groups=groups_by_key,
         budgets=budgets,
         before_place=before_place,
+        queueing=queueing,
+        heads=heads,
     )
     for decision, request in zip(decisions, queue_order(queue.requests), strict=True):
         decision.is_pod_group = request.is_pod_group

@@ -8,6 +8,15 @@ from gangsched.engine.dra.allocator import AllocationResult
 from gangsched.model import Key, Pod, Reason, TopologyConstraint
 
 
+@dataclass(frozen=True, slots=True)
+class QueueHead:
+    """A group ahead in the queue that does not fit yet (StrictFIFO blocks those behind it);
+    the loop passes those not decided this cycle."""
+
+    key: Key
+    order: tuple[int, str, str, str]  # its place in the queue (`queue.order_key`)
+
+
 @dataclass(slots=True)
 class GroupRequest:
     """What the engine is asked to place for one group in one cycle."""
@@ -141,6 +150,8 @@ class GroupDecision:
     # With `preemption`: the domain held for this group while its victims go, at its place
     # in this cycle's queue (the loop keeps it across cycles as a nomination).
     nomination: Reservation | None = None
+    # StrictFIFO: unplaced but able to fit the cluster, so the groups behind it wait for it.
+    blocks_queue: bool = False
 
     @property
     def key(self) -> Key:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gangsched.engine import DEFAULT_RESERVATION_AFTER_SECONDS
-from gangsched.model import DEFAULT_SCHEDULER_NAME
+from gangsched.model import DEFAULT_SCHEDULER_NAME, QueueingStrategy
 
 
 @dataclass(slots=True, frozen=True)
@@ -34,6 +34,8 @@ class SchedulerConfig:
     # After this long behind our own writes, stop waiting for the watch and read live.
     consistency_timeout_seconds: float = 5.0
     reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS
+    # StrictFIFO: a group that does not fit blocks the groups behind it (`engine.cycle`).
+    queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
     # Finished members of our groups are re-listed this often (the watch skips finished pods).
     finished_resync_seconds: float = 120.0
     # Post a "Scheduled" Event on every bound pod, as kube-scheduler does.

@@ -29,6 +29,8 @@ class GroupState:
     binding: bool = False
     # Since when the cache has been behind our writes for this group (KEP-5647 wait).
     behind_since: float | None = None
+    # StrictFIFO: its last decision made it a queue head, blocking the groups behind it.
+    blocking: bool = False
 
 
 class SchedulingQueue:
@@ -71,24 +73,35 @@ class SchedulingQueue:
         state.unschedulable_since = None
         state.failed_generation = -1
         state.binding = True
+        state.blocking = False
 
     def bound(self, key: Key) -> None:
         self.state(key).binding = False
 
     def unplaced(
-        self, key: Key, reason: Reason, now: float, seen_generation: int, *, preempting: bool = False
+        self,
+        key: Key,
+        reason: Reason,
+        now: float,
+        seen_generation: int,
+        *,
+        preempting: bool = False,
+        blocking: bool = False,
     ) -> None:
         """The group was decided and not placed on the snapshot of `seen_generation`.
 
         `preempting`: it evicts (or has evicted) victims for a nominated domain: like a group
         waiting for objects it has no backoff, so it is placed on the first change after its
-        victims are gone (the generation check still keeps it from spinning)."""
+        victims are gone (the generation check still keeps it from spinning). `blocking`: a
+        StrictFIFO head, which every group behind it waits for: no backoff either, so a round
+        starts on the first change that lets it fit, not a backoff later."""
         state = self.state(key)
         config = self.config
         changed = state.failed_generation not in (-1, seen_generation)
         state.failed_generation = seen_generation
         state.last_attempt = now
-        if reason.waits_for_objects or preempting:
+        state.blocking = blocking
+        if reason.waits_for_objects or preempting or blocking:
             state.backoff = state.next_attempt = 0.0
         elif changed:
             # It failed on a changed cluster: retry soon after the next change.
@@ -101,6 +114,11 @@ class SchedulingQueue:
             self._wake_later(state.backoff)
         if state.unschedulable_since is None and not reason.waits_for_objects:
             state.unschedulable_since = now
+
+    def blocking(self, key: Key) -> bool:
+        """A StrictFIFO head, as its last decision left it."""
+        state = self._states.get(key)
+        return state is not None and state.blocking
 
     def waiting_seconds(self, now: float) -> dict[Key, float]:
         """How long each unschedulable group has waited (drives the reservation)."""

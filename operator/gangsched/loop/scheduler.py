@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, Key, LiveReader
-from gangsched.engine import CycleResult, DeviceCaches, Reservation, schedule_cycle
-from gangsched.engine.queue import Queue, build_queue
+from gangsched.engine import CycleResult, DeviceCaches, QueueHead, Reservation, schedule_cycle
+from gangsched.engine.queue import Queue, build_queue, order_key
 from gangsched.loop.claims import ClaimStep
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.gangs import GangFormation, LabelStep
@@ -34,7 +34,7 @@ from gangsched.loop.repair import GangRepair
 from gangsched.loop.report import Reporter
 from gangsched.loop.tasks import Tasks
 from gangsched.metrics import Metrics
-from gangsched.model import Pod, PodGroup, Reason
+from gangsched.model import Pod, PodGroup, QueueingStrategy, Reason
 from gangsched.status import Verdict
 
 log = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ class Scheduler:
         held = self.gangs.hold(self.cache.pods.values(), now)
         pods = self.cache.pods_for_engine()
         pod_groups = [g for k, g in self.cache.pod_groups.items() if self.config.in_scope(k[0])]
-        queue = self._ready_queue(pods, pod_groups, now, held)
+        queue, heads = self._ready_queue(pods, pod_groups, now, held)
         if queue.requests or queue.gated:
             self.liveness.step = "the engine"
             # What the snapshot saw: events applied while the engine runs count as changes after it.
@@ -234,6 +234,8 @@ class Scheduler:
                 nominations=self.preemptions.active(),
                 budgets=list(self.cache.budgets.values()),
                 device_caches=self.device_caches,
+                queueing=self.config.queueing,
+                heads=heads,
             )
             self.metrics.engine_seconds.observe(time.perf_counter() - started)
             if self._started is not None and result.decisions:
@@ -272,9 +274,10 @@ class Scheduler:
 
     def _ready_queue(
         self, pods: list[Pod], pod_groups: list[PodGroup], now: float, held: dict[Key, str]
-    ) -> Queue:
+    ) -> tuple[Queue, list[QueueHead]]:
         """This cycle's queue, built once from what the engine is given, with only the groups
-        that may be decided now."""
+        that may be decided now; and, for StrictFIFO, the heads among those left out (the
+        groups behind them still wait for them)."""
         cache = self.cache
         replacing = set(self.gangs.replacing)
         queue = build_queue(
@@ -297,7 +300,14 @@ class Scheduler:
                 continue
             if self.config.in_scope(key[0]) and self._may_decide(key, is_group, now):
                 ready.add((key, is_group))
-        return queue.only(lambda key, is_group: (key, is_group) in ready)
+        heads = []
+        if self.config.queueing == QueueingStrategy.STRICT_FIFO:
+            heads = [
+                QueueHead(r.key, order_key(r))
+                for r in queue.requests
+                if (r.key, r.is_pod_group) not in ready and self.queue.blocking(r.key)
+            ]
+        return queue.only(lambda key, is_group: (key, is_group) in ready), heads
 
     def _may_decide(self, key: Key, is_group: bool, now: float) -> bool:
         if self.queue.binding(key):
@@ -356,7 +366,14 @@ class Scheduler:
                 continue
             unplaced.append(decision.reason)
             preempting = decision.preemption is not None or key in self.preemptions.nominations
-            self.queue.unplaced(key, decision.reason, now, seen_generation, preempting=preempting)
+            self.queue.unplaced(
+                key,
+                decision.reason,
+                now,
+                seen_generation,
+                preempting=preempting,
+                blocking=decision.blocks_queue,
+            )
             self.reporter.unplaced(decision)
             if decision.preemption is not None and key not in self.preemptions.nominations:
                 self.preemptions.nominate(decision)

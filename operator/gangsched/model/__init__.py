@@ -67,6 +67,7 @@ from gangsched.model.podgroup import (
     parse_pod_group_spec,
 )
 from gangsched.model.priority import PriorityClass, PriorityClasses, parse_priority_class
+from gangsched.model.queueing import QueueingStrategy
 from gangsched.model.reasons import EventReason, Phase, Reason
 
 __all__ = [
@@ -109,6 +110,7 @@ __all__ = [
     "PodShape",
     "PriorityClass",
     "PriorityClasses",
+    "QueueingStrategy",
     "Reason",
     "SelectorRequirement",
     "SelectorTerm",

@@ -26,6 +26,9 @@ class Reason(StrEnum):
     # Status only, never a decision: minCount pods are ready and the engine has not decided the
     # group yet (the next cycle will), so it waits neither for pods nor, yet, for capacity.
     QUEUED = "Queued"
+    # StrictFIFO: a group ahead of this one (same or higher priority) does not fit yet, and
+    # nothing behind it is placed meanwhile (`engine.cycle`). Settled by the head's placement.
+    QUEUED_BEHIND = "QueuedBehind"
 
     @property
     def waits_for_objects(self) -> bool:
@@ -39,6 +42,7 @@ _WAITS_FOR_OBJECTS = frozenset(
         Reason.POD_GROUP_NOT_FOUND,
         Reason.WAITING_FOR_RESOURCE_CLAIMS,
         Reason.WAITING_FOR_GANG,
+        Reason.QUEUED_BEHIND,
     }
 )
 
