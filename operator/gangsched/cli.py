@@ -28,6 +28,19 @@ def _output_option(help: str = "Output format.") -> Callable[[_Command], _Comman
     )
 
 
+def _queueing_option() -> Callable[[_Command], _Command]:
+    """`--queueing-strategy`, for `run` and `simulate` alike (`engine.cycle`)."""
+    return click.option(
+        "--queueing-strategy",
+        type=click.Choice([s.value for s in QueueingStrategy]),
+        default=QueueingStrategy.BEST_EFFORT_FIFO.value,
+        show_default=True,
+        help="BestEffortFIFO: a group that does not fit lets later groups use the room it cannot "
+        "(backfill). StrictFIFO: within a priority level it blocks every group behind it until it "
+        "fits (one that can never fit blocks nothing); higher priorities still go first.",
+    )
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gangsched")
 def main() -> None:
@@ -54,8 +67,14 @@ def main() -> None:
     default=None,
     help="With --plot: topology label keys, outermost first, comma-separated (default: zone, block, rack).",
 )
+@_queueing_option()
 def simulate(
-    paths: tuple[Path, ...], output: str, scheduler_name: str, plot: Path | None, levels: str | None
+    paths: tuple[Path, ...],
+    output: str,
+    scheduler_name: str,
+    plot: Path | None,
+    levels: str | None,
+    queueing_strategy: str,
 ) -> None:
     """Plan offline: where would gangsched put the pending pods in PATHS?
 
@@ -93,7 +112,7 @@ def simulate(
     if missing is not None:
         click.echo(f"warning: {missing}", err=True)
     keys = _levels_option(levels)
-    result = sim.run(inputs, scheduler_name=scheduler_name)
+    result = sim.run(inputs, scheduler_name=scheduler_name, queueing=QueueingStrategy(queueing_strategy))
     if output == "json":
         click.echo(json.dumps(sim.to_json(result, inputs), indent=2))
     else:
@@ -258,15 +277,7 @@ RUN_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     show_default=True,
     help="Seconds a group waits unschedulable before it reserves the domain it is closest to fitting.",
 )
-@click.option(
-    "--queueing-strategy",
-    type=click.Choice([s.value for s in QueueingStrategy]),
-    default=QueueingStrategy.BEST_EFFORT_FIFO.value,
-    show_default=True,
-    help="BestEffortFIFO: a group that does not fit lets later groups use the room it cannot "
-    "(backfill). StrictFIFO: within a priority level it blocks every group behind it until it "
-    "fits (one that can never fit blocks nothing); higher priorities still go first.",
-)
+@_queueing_option()
 @click.option(
     "--watch-budget",
     type=float,

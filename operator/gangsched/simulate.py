@@ -45,6 +45,7 @@ from gangsched.model import (
     PodGroup,
     PodGroupApi,
     PriorityClasses,
+    QueueingStrategy,
     Reason,
     parse_native_pod_group,
     parse_node,
@@ -376,12 +377,18 @@ def form(inputs: Inputs, *, scheduler_name: str = DEFAULT_SCHEDULER_NAME) -> Inp
     return inputs
 
 
-def run(inputs: Inputs, *, scheduler_name: str) -> CycleResult:
+def run(
+    inputs: Inputs,
+    *,
+    scheduler_name: str,
+    queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO,
+) -> CycleResult:
     return schedule_cycle(
         nodes=inputs.nodes,
         pods=inputs.pods,
         pod_groups=inputs.pod_groups,
         scheduler_name=scheduler_name,
+        queueing=queueing,
         dra=inputs.dra(),
         held_pods={key: wait.reason for key, wait in inputs.held.items()} or None,
     )

@@ -656,3 +656,23 @@ def test_preemptions_are_listed(tmp_path: Path) -> None:
     assert "preempting 1 pod (priority <= 10)" in group["message"]
     text = simulate(tmp_path).stdout
     assert "ml/hi would preempt: ml/low-0" in text
+
+
+def test_the_queueing_strategy_is_simulated_as_the_operator_runs_it(tmp_path: Path) -> None:
+    # One free 8-GPU node of two; `big` (two nodes' worth) comes first, `small` would fit.
+    write(
+        tmp_path / "in.yaml",
+        node("a"),
+        node("b"),
+        pod("busy", gpu=8, node_name="a"),
+        pod_group_manifest("big", min_count=2, created="2026-01-01T00:00:00Z"),
+        *(pod(f"big-{i}", group="big", gpu=8, created="2026-01-01T00:00:00Z") for i in range(2)),
+        pod_group_manifest("small", min_count=1, created="2026-01-01T00:01:00Z"),
+        pod("small-0", group="small", gpu=8, created="2026-01-01T00:01:00Z"),
+    )
+    backfilled = by_name(simulate_json(tmp_path)["podGroups"])
+    assert backfilled["small"]["scheduled"] is True
+    strict = by_name(simulate_json(tmp_path, "--queueing-strategy", "StrictFIFO")["podGroups"])
+    assert strict["small"]["scheduled"] is False
+    assert strict["small"]["reason"] == "QueuedBehind"
+    assert strict["big"]["scheduled"] is False
