@@ -18,6 +18,7 @@ from gangsched.engine.preemption import Running, find_preemption
 from gangsched.engine.queue import Queue, belongs, build_queue, order_key, queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, reservation_nodes
 from gangsched.engine.snapshot import BoolArray, Snapshot
+from gangsched.engine.sparing import WholeDomainWaiters
 from gangsched.engine.types import CycleResult, GroupDecision, GroupRequest, Reservation, WaitForTerminating
 from gangsched.model import DEFAULT_SCHEDULER_NAME, Key, Node, Pod, PodGroup, Reason
 from gangsched.model.pdb import DisruptionBudget
@@ -65,13 +66,22 @@ def schedule_groups(
     nominated = list(nominations)
     preempting = {r.owner for r in nominations}
     running: Running | None = None  # what preemption reads of the running pods, once per cycle
-    for group in queue_order(groups):
+    ordered = queue_order(groups)
+    # Free domains are kept whole only while a waiting gang needs one (engine.sparing);
+    # reservations and nominations of groups not decided now hide their pods, so they do.
+    waiters = WholeDomainWaiters(
+        snapshot, ordered, others_unknown=any(r.owner not in deciding for r in [*held, *nominations])
+    )
+    for group in ordered:
         blocked = blocked_for(snapshot, [*standing, *nominated], order_key(group), group.key)
         if before_place is not None:
             before_place(group, snapshot, blocked, devices, allocated_now)
-        outcome = place_group(snapshot, group, blocked, devices, allocated_now)
+        spare_levels = waiters.spare_levels(group.key)
+        outcome = place_group(snapshot, group, blocked, devices, allocated_now, spare_levels)
         decisions.append(outcome.decision)
         cap = outcome.capacity
+        if outcome.decision.scheduled:
+            waiters.placed(group.key)
         if outcome.decision.scheduled or cap is None:
             continue
         if group.key not in preempting and outcome.decision.reason == Reason.UNSCHEDULABLE and bound:

@@ -20,6 +20,7 @@ import numpy.typing as npt
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.fill import Attempt, fill
 from gangsched.engine.snapshot import IntArray
+from gangsched.engine.sparing import Level
 from gangsched.model import Key, Pod
 
 # How many candidate domains are fully evaluated per level (after vectorised ranking).
@@ -27,11 +28,16 @@ CANDIDATES_PER_LEVEL = 8
 
 
 class Placer:
-    """Places one group (described by its `GroupCapacity`) on the capacity's snapshot."""
+    """Places one group (described by its `GroupCapacity`) on the capacity's snapshot.
 
-    def __init__(self, capacity: GroupCapacity) -> None:
+    `spare_levels`: the Preferred levels at which an entirely free domain is kept whole for a
+    gang still waiting for one (`engine.sparing`); None: at every level, for callers that do
+    not see the queue."""
+
+    def __init__(self, capacity: GroupCapacity, spare_levels: frozenset[Level] | None = None) -> None:
         self.cap = capacity
         self.snap = capacity.snap
+        self.spare_levels = spare_levels
         # Per Required domain: the fewest first-level Preferred children that could hold the group.
         self.fewest = np.zeros(0, dtype=np.int64)
 
@@ -134,10 +140,15 @@ class Placer:
     ) -> Attempt | None:
         """When the only children that hold the whole group alone are entirely free, and two
         partly used children hold it together, place it there: one more child for the gang,
-        a whole free child kept for a gang that needs all of it."""
+        a whole free child kept for a gang that needs all of it. Only while some gang waits
+        that needs a whole free child of this level: otherwise the free child is kept for
+        nobody, and the group loses its one child for it (issue 26)."""
         if home.any() or uniq.size < 2:
             return None
-        ids_all, _ = self.snap.domains(self.cap.levels[: self.cap.preferred_depths[pref_index] + 1])
+        path = self.cap.levels[: self.cap.preferred_depths[pref_index] + 1]
+        if self.spare_levels is not None and path[-1] not in self.spare_levels:
+            return None
+        ids_all, _ = self.snap.domains(path)
         free_codes = self._entirely_free(ids_all, int(ids_all.max()) + 1)
         child_free = np.where(uniq >= 0, free_codes[np.maximum(uniq, 0)], False)
         if not child_free[fitting].all():
