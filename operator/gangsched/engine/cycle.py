@@ -76,8 +76,7 @@ def schedule_groups(
         blocked = blocked_for(snapshot, [*standing, *nominated], order_key(group), group.key)
         if before_place is not None:
             before_place(group, snapshot, blocked, devices, allocated_now)
-        spare_levels = waiters.spare_levels(group.key)
-        outcome = place_group(snapshot, group, blocked, devices, allocated_now, spare_levels)
+        outcome = place_group(snapshot, group, blocked, devices, allocated_now, waiters.for_group(group.key))
         decisions.append(outcome.decision)
         cap = outcome.capacity
         if outcome.decision.scheduled:

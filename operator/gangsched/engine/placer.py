@@ -20,7 +20,7 @@ import numpy.typing as npt
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.fill import Attempt, fill
 from gangsched.engine.snapshot import IntArray
-from gangsched.engine.sparing import Level
+from gangsched.engine.sparing import SparesLevel
 from gangsched.model import Key, Pod
 
 # How many candidate domains are fully evaluated per level (after vectorised ranking).
@@ -30,14 +30,14 @@ CANDIDATES_PER_LEVEL = 8
 class Placer:
     """Places one group (described by its `GroupCapacity`) on the capacity's snapshot.
 
-    `spare_levels`: the Preferred levels at which an entirely free domain is kept whole for a
-    gang still waiting for one (`engine.sparing`); None: at every level, for callers that do
-    not see the queue."""
+    `spares`: whether an entirely free domain of a Preferred level is kept whole for a gang
+    still waiting for one (`engine.sparing`); None: at every level, for callers that do not
+    see the queue."""
 
-    def __init__(self, capacity: GroupCapacity, spare_levels: frozenset[Level] | None = None) -> None:
+    def __init__(self, capacity: GroupCapacity, spares: SparesLevel | None = None) -> None:
         self.cap = capacity
         self.snap = capacity.snap
-        self.spare_levels = spare_levels
+        self.spares = spares
         # Per Required domain: the fewest first-level Preferred children that could hold the group.
         self.fewest = np.zeros(0, dtype=np.int64)
 
@@ -146,12 +146,13 @@ class Placer:
         if home.any() or uniq.size < 2:
             return None
         path = self.cap.levels[: self.cap.preferred_depths[pref_index] + 1]
-        if self.spare_levels is not None and path[-1] not in self.spare_levels:
-            return None
         ids_all, _ = self.snap.domains(path)
         free_codes = self._entirely_free(ids_all, int(ids_all.max()) + 1)
         child_free = np.where(uniq >= 0, free_codes[np.maximum(uniq, 0)], False)
         if not child_free[fitting].all():
+            return None
+        # Asked last: whether anybody waits for the free child is the costly question.
+        if self.spares is not None and not self.spares(path[-1]):
             return None
         partial = np.flatnonzero(~child_free & (uniq >= 0) & (upper > 0))
         if partial.size < 2 or np.sort(upper[partial])[-2:].sum() < target:

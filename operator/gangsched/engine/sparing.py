@@ -5,7 +5,7 @@ gang into two partly used racks rather than break an entirely free rack. That co
 its one rack, so it is worth it only while some gang still waiting needs a whole free rack:
 one later in this cycle's queue, one of this cycle left unplaced, or the owner of a standing
 reservation or nomination. `schedule_groups` keeps a `WholeDomainWaiters` over its queue and
-tells each group's placer at which levels to spare (`spare_levels`).
+answers each group's placer when it asks whether to spare a level (`for_group`).
 
 "Needs a whole domain" of a level is decided from the group's own request: the level is one
 of the group's topology levels (Required or Preferred: a group without it asks for no
@@ -21,7 +21,8 @@ through claims is judged by its cpu and memory alone.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 
@@ -35,8 +36,15 @@ from gangsched.model import Key
 Level = str
 
 
+# Asked by the placer of one group: must an entirely free domain of this level stay whole?
+SparesLevel = Callable[[Level], bool]
+
+
 class WholeDomainWaiters:
     """Over one cycle's queue: per level, how many groups still waiting need a whole domain of it.
+
+    Counted only when a placer first asks (most groups never reach the sparing rule, and
+    measuring every group's request against the domains would cost more than placing it).
 
     `others_unknown`: a reservation or nomination stands for a group not decided this cycle,
     whose pods the engine does not see; it may need whole domains anywhere, so every level is
@@ -44,34 +52,45 @@ class WholeDomainWaiters:
 
     def __init__(self, snapshot: Snapshot, groups: Sequence[GroupRequest], *, others_unknown: bool) -> None:
         self._snapshot = snapshot
+        self._groups = groups
         self._others_unknown = others_unknown
+        self._placed: set[Key] = set()
         # Per (key path of a level, resource column): the allocatable of its smallest domain.
         self._smallest: dict[tuple[tuple[str, ...], int], int] = {}
-        self._needs: dict[Key, frozenset[Level]] = {}
+        self._needs: dict[Key, frozenset[Level]] | None = None
         self._waiting: Counter[Level] = Counter()
-        for group in groups:
-            needs = self._whole_domains_needed(group)
-            if needs:
-                self._needs[group.key] = needs
-                self._waiting.update(needs)
 
-    def spare_levels(self, key: Key) -> frozenset[Level] | None:
-        """The levels at which group `key` must leave entirely free domains whole: those some
-        other waiting group needs a whole domain of. None: every level."""
+    def for_group(self, key: Key) -> SparesLevel:
+        """What group `key`'s placer asks: does some other waiting group need a whole domain of
+        the level (then the group leaves entirely free ones whole)."""
+        return partial(self.needed_by_others, key)
+
+    def needed_by_others(self, key: Key, level: Level) -> bool:
+        """Whether a waiting group other than `key` needs a whole domain of `level`."""
         if self._others_unknown:
-            return None
-        own = self._needs.get(key, frozenset())
-        return frozenset(level for level, count in self._waiting.items() if count - (level in own) > 0)
+            return True
+        needs = self._count()
+        return self._waiting[level] - (level in needs.get(key, frozenset())) > 0
 
     def placed(self, key: Key) -> None:
         """Group `key` is placed: it waits for no domain any more."""
-        needs = self._needs.pop(key, None)
-        if needs:
-            self._waiting.subtract(needs)
+        self._placed.add(key)
+        if self._needs is not None:
+            needs = self._needs.pop(key, None)
+            if needs:
+                self._waiting.subtract(needs)
 
-    def needs(self, key: Key) -> frozenset[Level]:
-        """The levels group `key` needs a whole domain of (empty when none, or when placed)."""
-        return self._needs.get(key, frozenset())
+    def _count(self) -> dict[Key, frozenset[Level]]:
+        if self._needs is None:
+            self._needs = {}
+            for group in self._groups:
+                if group.key in self._placed:
+                    continue
+                needs = self._whole_domains_needed(group)
+                if needs:
+                    self._needs[group.key] = needs
+                    self._waiting.update(needs)
+        return self._needs
 
     def _whole_domains_needed(self, group: GroupRequest) -> frozenset[Level]:
         keys = tuple(c.key for c in group.topology)
