@@ -5,6 +5,8 @@ How one group is placed (docs/placement.md has the why):
      fits-the-whole-group first, then "a single Preferred domain fits it", then tightest fit.
   2. Inside a candidate, Preferred levels are descended: one child domain when one fits the
      whole group (the tightest such), else the fewest children (largest first, best-fit last).
+     An entirely free child is kept whole (two partly used ones instead) only while another
+     waiting gang needs a whole one (`spares`, from `engine.sparing`).
   3. That choice becomes a node order, along which `fill` lays the pods down.
   4. All-or-nothing: fewer than `need` placeable pods means no attempt is returned.
 """
