@@ -18,6 +18,7 @@ from gangsched.engine.preemption import Running, find_preemption
 from gangsched.engine.queue import Queue, belongs, build_queue, order_key, queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, never_fits, reservation_nodes
 from gangsched.engine.snapshot import BoolArray, Snapshot
+from gangsched.engine.sparing import WholeDomainWaiters
 from gangsched.engine.types import (
     CycleResult,
     GroupDecision,
@@ -79,9 +80,15 @@ def schedule_groups(
     nominated = list(nominations)
     preempting = {r.owner for r in nominations}
     running: Running | None = None  # what preemption reads of the running pods, once per cycle
+    ordered = queue_order(groups)
+    # Free domains are kept whole only while a waiting gang needs one (engine.sparing);
+    # reservations and nominations of groups not decided now hide their pods, so they do.
+    waiters = WholeDomainWaiters(
+        snapshot, ordered, others_unknown=any(r.owner not in deciding for r in [*held, *nominations])
+    )
     strict = queueing == QueueingStrategy.STRICT_FIFO
     ahead = [h for h in heads if h.key not in deciding] if strict else []
-    for group in queue_order(groups):
+    for group in ordered:
         order = order_key(group)
         head = next((h for h in ahead if h.order < order), None)
         if head is not None:
@@ -90,9 +97,11 @@ def schedule_groups(
         blocked = blocked_for(snapshot, [*standing, *nominated], order, group.key)
         if before_place is not None:
             before_place(group, snapshot, blocked, devices, allocated_now)
-        outcome = place_group(snapshot, group, blocked, devices, allocated_now)
+        outcome = place_group(snapshot, group, blocked, devices, allocated_now, waiters.for_group(group.key))
         decisions.append(outcome.decision)
         cap = outcome.capacity
+        if outcome.decision.scheduled:
+            waiters.placed(group.key)
         if outcome.decision.scheduled or cap is None:
             continue
         if strict and outcome.decision.reason == Reason.UNSCHEDULABLE and never_fits(cap) is None:

@@ -38,6 +38,7 @@ from gangsched.engine.explain import explain, explain_best
 from gangsched.engine.fill import Attempt
 from gangsched.engine.placer import Placer
 from gangsched.engine.snapshot import BoolArray, IntArray, Snapshot
+from gangsched.engine.sparing import SparesLevel
 from gangsched.engine.types import GroupDecision, GroupRequest, PodDevice
 from gangsched.model import Key, Pod, Reason
 
@@ -212,12 +213,14 @@ def place_group(
     blocked: BoolArray | None,
     state: DeviceState | None,
     allocated_now: dict[Key, AllocationResult],
+    spares: SparesLevel | None = None,
 ) -> Outcome:
     """Place `group` on `snapshot`; on success the snapshot (and `state`, `allocated_now`)
-    count its pods and devices as used."""
+    count its pods and devices as used. `spares`: whether entirely free domains of a level are
+    kept whole for other waiting gangs (`Placer`; None: at every level)."""
     if not group.uses_devices:
         cap = GroupCapacity(snapshot, group, blocked)
-        placer = Placer(cap)
+        placer = Placer(cap, spares)
         attempt = placer.place()
         if attempt is not None and attempt.placed >= max(cap.need, 1):
             return Outcome(placed(group, cap, placer, attempt), cap)
@@ -229,7 +232,7 @@ def place_group(
     others: list[str] = []
     for devices in variants:
         claims, variant = devices.claims, devices.variant
-        outcome, short = _place_variant(snapshot, group, blocked, devices, allocated_now)
+        outcome, short = _place_variant(snapshot, group, blocked, devices, allocated_now, spares)
         if outcome.decision.scheduled:
             if claims.choices:
                 outcome.decision.message += "; devices: " + ", ".join(claims.used_alternatives(variant))
@@ -271,6 +274,7 @@ def _place_variant(
     blocked: BoolArray | None,
     devices: GroupDevices,
     allocated_now: dict[Key, AllocationResult],
+    spares: SparesLevel | None,
 ) -> tuple[Outcome, str]:
     """The group with one firstAvailable variant: the outcome, and a short reason if unplaced."""
     state = devices.state
@@ -287,7 +291,7 @@ def _place_variant(
             _release_shared(devices)
             text = failure.text()
             return Outcome(unplaced(group, text), cap), text
-        placer = Placer(cap)
+        placer = Placer(cap, spares)
         attempt = placer.place()
         if attempt is None or attempt.placed < max(cap.need, 1):
             if devices.shared_done:

@@ -5,6 +5,8 @@ How one group is placed (docs/placement.md has the why):
      fits-the-whole-group first, then "a single Preferred domain fits it", then tightest fit.
   2. Inside a candidate, Preferred levels are descended: one child domain when one fits the
      whole group (the tightest such), else the fewest children (largest first, best-fit last).
+     An entirely free child is kept whole (two partly used ones instead) only while another
+     waiting gang needs a whole one (`spares`, from `engine.sparing`).
   3. That choice becomes a node order, along which `fill` lays the pods down.
   4. All-or-nothing: fewer than `need` placeable pods means no attempt is returned.
 """
@@ -20,6 +22,7 @@ import numpy.typing as npt
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.fill import Attempt, fill
 from gangsched.engine.snapshot import IntArray
+from gangsched.engine.sparing import SparesLevel
 from gangsched.model import Key, Pod
 
 # How many candidate domains are fully evaluated per level (after vectorised ranking).
@@ -27,11 +30,16 @@ CANDIDATES_PER_LEVEL = 8
 
 
 class Placer:
-    """Places one group (described by its `GroupCapacity`) on the capacity's snapshot."""
+    """Places one group (described by its `GroupCapacity`) on the capacity's snapshot.
 
-    def __init__(self, capacity: GroupCapacity) -> None:
+    `spares`: whether an entirely free domain of a Preferred level is kept whole for a gang
+    still waiting for one (`engine.sparing`); None: at every level, for callers that do not
+    see the queue."""
+
+    def __init__(self, capacity: GroupCapacity, spares: SparesLevel | None = None) -> None:
         self.cap = capacity
         self.snap = capacity.snap
+        self.spares = spares
         # Per Required domain: the fewest first-level Preferred children that could hold the group.
         self.fewest = np.zeros(0, dtype=np.int64)
 
@@ -134,13 +142,19 @@ class Placer:
     ) -> Attempt | None:
         """When the only children that hold the whole group alone are entirely free, and two
         partly used children hold it together, place it there: one more child for the gang,
-        a whole free child kept for a gang that needs all of it."""
+        a whole free child kept for a gang that needs all of it. Only while some gang waits
+        that needs a whole free child of this level: otherwise the free child is kept for
+        nobody, and the group loses its one child for it (issue 26)."""
         if home.any() or uniq.size < 2:
             return None
-        ids_all, _ = self.snap.domains(self.cap.levels[: self.cap.preferred_depths[pref_index] + 1])
+        path = self.cap.levels[: self.cap.preferred_depths[pref_index] + 1]
+        ids_all, _ = self.snap.domains(path)
         free_codes = self._entirely_free(ids_all, int(ids_all.max()) + 1)
         child_free = np.where(uniq >= 0, free_codes[np.maximum(uniq, 0)], False)
         if not child_free[fitting].all():
+            return None
+        # Asked last: whether anybody waits for the free child is the costly question.
+        if self.spares is not None and not self.spares(path[-1]):
             return None
         partial = np.flatnonzero(~child_free & (uniq >= 0) & (upper > 0))
         if partial.size < 2 or np.sort(upper[partial])[-2:].sum() < target:
