@@ -3,6 +3,12 @@
 A third contestant, `bare` (hack/bare-binder, `make bare-binder`), binds every pod round-robin
 without scheduling: the apiserver's limit, against which the table puts gangsched's pods/s.
 
+`--workload fifo-rounds` (issue 26) runs a stream of whole-node gangs in a fixed order, each
+pod finished by the node agent after `--run-seconds`, against kube-scheduler, gangsched
+(BestEffortFIFO) and gangsched-strict (`--queueing-strategy StrictFIFO`); its figures are
+makespan, occupancy against strict FIFO's ideal, inversions and gaps between rounds
+(bench/e2e/fifo.py), its plot GPU occupancy over time (<out>/occupancy-fifo-N<nodes>.png).
+
 `--workload jobs` runs gangsched alone, fed the gangs of the default workload as PodGroups
 (contestant `podgroups`) and as Indexed batch/v1 Jobs that the Job controller turns into
 pods (contestant `jobs`: automatic gangs, issue 24).
@@ -26,7 +32,7 @@ from typing import Any, Final
 
 from gangsched_testing import devcluster
 
-from . import metrics, report
+from . import fifo, metrics, report
 from .harness import Bench, Options, bare_binder_binary
 from .workload import Feed, Flavour, Topology, Workload, generate, generate_preemption, node_domains
 
@@ -41,19 +47,31 @@ CONTESTANTS: dict[str, Flavour] = {
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=1000, help="fake 8-GPU nodes (multiple of the rack size)")
-    p.add_argument("--rack-size", type=int, default=10)
+    p.add_argument("--rack-size", type=int, default=None, help="default 10; fifo-rounds: 8")
     p.add_argument("--racks-per-block", type=int, default=10)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help=f"default 1; fifo-rounds: {fifo.FIFO_SEED} (9 rounds at 32 nodes)",
+    )
+    p.add_argument(
+        "--run-seconds",
+        type=float,
+        default=fifo.DEFAULT_RUN_SECONDS,
+        help="fifo-rounds: how long each pod runs before the node agent finishes it (default 30)",
+    )
     p.add_argument(
         "--workload",
-        choices=("gpu", "dra", "preemption", "jobs"),
+        choices=("gpu", "dra", "preemption", "jobs", "fifo-rounds"),
         default="gpu",
         help="gpu: nvidia.com/gpu extended resources; dra: GPUs as fake-driver devices, a one-GPU "
         "ResourceClaimTemplate per GPU pod (needs kube-controller-manager); preemption: low-priority "
         "gangs fill the cluster, then high-priority gangs arrive that can only run by preempting "
         "(kube-scheduler with WorkloadAwarePreemption; try --nodes 200); jobs: the gpu workload's gangs "
         "as Indexed batch/v1 Jobs, gangsched only, against the same gangs as PodGroups "
-        "(contestants podgroups and jobs; needs kube-controller-manager)",
+        "(contestants podgroups and jobs; needs kube-controller-manager); fifo-rounds: issue 26's stream of "
+        "53 whole-node gangs in FIFO order, each running --run-seconds (node agent on; --nodes 32)",
     )
     p.add_argument(
         "--high-share",
@@ -112,7 +130,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="only rewrite <out>/table-N<nodes>.md from <out>/results-N<nodes>.json",
     )
     p.add_argument("--out", type=Path, default=Path("build/bench-e2e"))
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    fifo_rounds = args.workload == "fifo-rounds"
+    if args.rack_size is None:
+        args.rack_size = 8 if fifo_rounds else 10
+    if args.seed is None:
+        args.seed = fifo.FIFO_SEED if fifo_rounds else 1
+    return args
 
 
 JOBS_CONTESTANTS: Final[tuple[Feed, ...]] = ("podgroups", "jobs", "labelled-jobs")
@@ -122,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.workload == "jobs":
         return jobs_main(args)
+    if args.workload == "fifo-rounds":
+        return fifo_main(args)
     contestants: list[Flavour] = []
     for name in (args.contestants or "gangsched,native").split(","):
         flavour = CONTESTANTS.get(name.strip())
@@ -248,9 +274,10 @@ def _options(args: argparse.Namespace) -> Options:
         gap=args.gap,
         profile_dir=args.profile,
         profile_seconds=args.profile_seconds,
-        agent=args.agent,
+        agent=args.agent or args.workload == "fifo-rounds",
         oracle=not args.no_oracle,
         interval=args.interval,
+        run_seconds=args.run_seconds if args.workload == "fifo-rounds" else None,
         log=_log,
     )
 
@@ -400,6 +427,94 @@ def preemption_main(
             first = {r.contestant: r for r in reversed(every)}
             report.plot(list(first.values()), workload, args.out / f"bound-{stem}.png")
     text = f"{report.workload_line(workload)}\n\nMachine: {machine}\n\n{report.preemption_table(figures)}\n"
+    (args.out / f"table-{stem}.md").write_text(text)
+    print(text)
+    return 0
+
+
+# fifo-rounds contestants: name -> (flavour, gangsched's extra arguments)
+FIFO_CONTESTANTS: Final[dict[str, tuple[Flavour, tuple[str, ...]]]] = {
+    "kube-scheduler": ("native", ()),
+    "native": ("native", ()),
+    "gangsched": ("gangsched", ()),
+    "gangsched-strict": ("gangsched", ("--queueing-strategy", "StrictFIFO")),
+    "gangsched-reserve0": ("gangsched", ("--reservation-after", "0")),
+}
+
+
+def fifo_main(args: argparse.Namespace) -> int:
+    """`--workload fifo-rounds`: its own figures, table and plot (bench/e2e/fifo.py)."""
+    chosen: list[str] = []
+    for name in (args.contestants or "kube-scheduler,gangsched,gangsched-strict").split(","):
+        if name.strip() not in FIFO_CONTESTANTS:
+            print(
+                f"--workload fifo-rounds: unknown contestant {name.strip()!r} "
+                f"({', '.join(FIFO_CONTESTANTS)})",
+                file=sys.stderr,
+            )
+            return 2
+        chosen.append(name.strip())
+    if not args.no_plot and importlib.util.find_spec("matplotlib") is None:
+        print("matplotlib is missing: pip install -e '.[bench]', or pass --no-plot", file=sys.stderr)
+        return 2
+    topology = Topology(nodes=args.nodes, rack_size=args.rack_size, racks_per_block=args.racks_per_block)
+    workload = fifo.generate_fifo_rounds(topology, seed=args.seed)
+    sizes = [len(g.pods) for g in workload.gangs]
+    rounds = len(fifo.strict_rounds(sizes, topology.nodes))
+    line = report.fifo_workload_line(workload, args.run_seconds, rounds)
+    options = _options(args)
+    stem = f"fifo-N{args.nodes}"
+    saved = args.out / f"recordings-{stem}.json"
+    figures: dict[str, list[fifo.FifoFigures]] = {}
+    first: dict[str, metrics.Recording] = {}
+    if args.retable or args.replot:
+        for data in json.loads(saved.read_text()):
+            rec = metrics.recording_from_json(data)
+            first.setdefault(rec.contestant, rec)
+            figures.setdefault(rec.contestant, []).append(
+                fifo.compute_fifo(rec, workload, run_seconds=args.run_seconds)
+            )
+        machine = json.loads((args.out / f"results-{stem}.json").read_text())["machine"]
+    else:
+        _log(line)
+        every: list[metrics.Recording] = []
+        with _control_plane(args) as cp, Bench(cp, workload, options, args.out) as bench:
+            for i in range(args.repeat):
+                for name in chosen if i % 2 == 0 else chosen[::-1]:
+                    flavour, extra = FIFO_CONTESTANTS[name]
+                    variant = None if flavour == "native" or not extra else name
+                    rec = bench.run(
+                        flavour, tag=str(i) if args.repeat > 1 else "", variant=variant, extra_args=extra
+                    )
+                    fig = fifo.compute_fifo(rec, workload, run_seconds=args.run_seconds)
+                    figures.setdefault(rec.contestant, []).append(fig)
+                    first.setdefault(rec.contestant, rec)
+                    every.append(rec)
+                    _log(
+                        f"{name}: makespan {fig.makespan_s:.1f}s (ideal {fig.ideal_makespan_s:.0f}s), "
+                        f"occupancy {fig.occupancy:.3f}, GPU busy {100 * fig.gpu_busy:.1f}%, "
+                        f"inversions {fig.inversions}, largest gap {fig.largest_gap_s:.2f}s at "
+                        f"{fig.largest_gap_at_s:.0f}s, gaps {fig.total_gap_s:.2f}s, "
+                        f"{fig.gangs_started}/{fig.gangs} gangs, {fig.pods_finished}/{fig.pods} pods finished"
+                    )
+        saved.write_text(json.dumps([metrics.recording_to_json(r) for r in every]))
+        machine = report.machine()
+        result: dict[str, Any] = {
+            "workload": {**workload.summary(), "sizes": sizes, "rounds": rounds},
+            "topology": workload.topology.describe(),
+            "seed": args.seed,
+            "machine": machine,
+            "options": {k: str(v) for k, v in vars(args).items()},
+            "runs": {name: [f.as_dict() for f in runs] for name, runs in figures.items()},
+        }
+        (args.out / f"results-{stem}.json").write_text(json.dumps(result, indent=2, default=str))
+    if not args.no_plot and not args.retable:
+        png = args.out / f"occupancy-{stem}.png"
+        report.fifo_plot(list(first.values()), workload, args.run_seconds, png)
+        _log(f"plot: {png}")
+    if args.replot:
+        return 0
+    text = f"{line}\n\nMachine: {machine}\n\n{report.fifo_table(figures)}\n"
     (args.out / f"table-{stem}.md").write_text(text)
     print(text)
     return 0

@@ -133,6 +133,8 @@ class Options:
     agent: bool = False  # run fakenodes.NodeAgent (moves bound pods to Running)
     oracle: bool = True
     interval: float = 2.0  # preemption workload: seconds between two high gangs' creation
+    # fifo-rounds workload: the node agent finishes each pod this long after starting it
+    run_seconds: float | None = None
     log: Callable[[str], None] = print
 
 
@@ -295,6 +297,8 @@ def _observe(
     marked: Synchronized,  # type: ignore[type-arg]
     last_bind: Synchronized,  # type: ignore[type-arg]
     last_seen: Synchronized,  # type: ignore[type-arg]
+    finished: Synchronized,  # type: ignore[type-arg]
+    last_finish: Synchronized,  # type: ignore[type-arg]
     ready: EventType,
     stop: EventType,
 ) -> None:
@@ -306,6 +310,7 @@ def _observe(
     rv = listing["metadata"]["resourceVersion"]
     records: list[tuple[float, str, str, str]] = []
     seen: set[str] = set()
+    ended: set[str] = set()
     first_seen: dict[str, float] = {}
     labelled: dict[str, float] = {}
     failure: list[str] = []
@@ -367,6 +372,13 @@ def _observe(
                         with marked.get_lock():
                             marked.value += 1
                     last_bind.value = now
+                phase = (obj.get("status") or {}).get("phase")
+                if node and phase in _TERMINAL and name not in ended:
+                    ended.add(name)
+                    records.append((now, name, "finished", node))
+                    with finished.get_lock():
+                        finished.value += 1
+                    last_finish.value = now
 
     def guarded_watch() -> None:
         # An exception must not end the count silently (it would under-report bound pods).
@@ -388,6 +400,7 @@ def _observe(
 _WATCH_KEPT: Final = (b'{"type":"ADDED"', b'{"type":"DELETED"')
 # ... and, with Job pods, those with gangsched's pod-group label: when each was labelled.
 _LABEL: Final = f'"{POD_GROUP_LABEL}"'.encode()
+_TERMINAL: Final = ("Succeeded", "Failed")
 
 
 class Observer:
@@ -395,7 +408,8 @@ class Observer:
 
     `bound` counts pods first seen bound; `marked` those of them named with `HIGH_PREFIX`
     (the preemption workload's high gangs, whose bindings end its run); `last_bind` and
-    `last_seen` are when a pod was last first seen bound, and first seen at all. `names`
+    `last_seen` are when a pod was last first seen bound, and first seen at all; `finished`
+    counts pods first seen Succeeded or Failed, the last of them at `last_finish`. `names`
     renames Job pods (`_ObserverArgs.names`).
     """
 
@@ -406,6 +420,8 @@ class Observer:
         self.marked = ctx.Value("q", 0)
         self.last_bind = ctx.Value("d", 0.0)
         self.last_seen = ctx.Value("d", 0.0)
+        self.finished = ctx.Value("q", 0)
+        self.last_finish = ctx.Value("d", 0.0)
         self.labelled: dict[str, float] = {}
         self._ready = ctx.Event()
         self._stop = ctx.Event()
@@ -418,6 +434,8 @@ class Observer:
                 self.marked,
                 self.last_bind,
                 self.last_seen,
+                self.finished,
+                self.last_finish,
                 self._ready,
                 self._stop,
             ),
@@ -482,7 +500,15 @@ class Contestant:
 class Gangsched(Contestant):
     flavour: Flavour = "gangsched"
 
-    def __init__(self, cp: devcluster.ControlPlane, *, namespace: str, concurrency: int, out: Path) -> None:
+    def __init__(
+        self,
+        cp: devcluster.ControlPlane,
+        *,
+        namespace: str,
+        concurrency: int,
+        out: Path,
+        extra_args: Sequence[str] = (),
+    ) -> None:
         self.port = free_port()
         self.log_path = out / "gangsched.log"
         args = [
@@ -498,6 +524,7 @@ class Gangsched(Contestant):
             str(concurrency),
             "--liveness-port",
             str(self.port),
+            *extra_args,
         ]
         env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig_path)}
         self.proc = devcluster.spawn(args, log=self.log_path, env=env)
@@ -792,9 +819,18 @@ class Bench:
     def jobs(self) -> bool:
         return self.workload.kind == "jobs"
 
-    def contestant_name(self, flavour: Flavour, *, feed: Feed | None = None) -> str:
-        """A run's name in recordings and tables: the flavour; with the jobs workload, the feed
+    @property
+    def fifo(self) -> bool:
+        return self.workload.kind == "fifo-rounds"
+
+    def contestant_name(
+        self, flavour: Flavour, *, feed: Feed | None = None, variant: str | None = None
+    ) -> str:
+        """A run's name in recordings and tables: `variant` when given (gangsched with other
+        arguments, e.g. `gangsched-strict`), else the flavour; with the jobs workload, the feed
         (`workload.Feed`, default `jobs`)."""
+        if variant is not None:
+            return variant
         if not self.jobs:
             return flavour
         return feed or "jobs"
@@ -827,7 +863,9 @@ class Bench:
             self._per_node_chunk(lambda chunk: fakedra.publish(self.api, node_devices(), chunk), names)
             log(f"published {len(names)} nodes' ResourceSlices in {time.monotonic() - started:.1f}s")
         if self.options.agent:
-            self._agent = fakenodes.NodeAgent(api_client=self.cp.api_client())
+            self._agent = fakenodes.NodeAgent(
+                api_client=self.cp.api_client(), run_seconds=self.options.run_seconds
+            )
             self._agent.start()
         return self
 
@@ -855,13 +893,24 @@ class Bench:
             for _ in pool.map(action, chunks):
                 pass
 
-    def run(self, flavour: Flavour, *, tag: str = "", feed: Feed | None = None) -> Recording:
+    def run(
+        self,
+        flavour: Flavour,
+        *,
+        tag: str = "",
+        feed: Feed | None = None,
+        variant: str | None = None,
+        extra_args: Sequence[str] = (),
+    ) -> Recording:
         """One run of `flavour`. With the jobs workload, `feed` (`workload.Feed`, default
-        `jobs`) says how the gangs are submitted; only gangsched takes the jobs workload."""
+        `jobs`) says how the gangs are submitted; only gangsched takes the jobs workload.
+        `variant` names a run of gangsched started with `extra_args` (`contestant_name`)."""
         opts, log = self.options, self.options.log
+        if extra_args and flavour != "gangsched":
+            raise ValueError(f"extra arguments are gangsched's, not {flavour}'s: {list(extra_args)}")
         if flavour == "bare" and self.preemption:
             raise ValueError("the bare binder never preempts: it has no run of the preemption workload")
-        name = self.contestant_name(flavour, feed=feed)
+        name = self.contestant_name(flavour, feed=feed, variant=variant)
         as_jobs = name in ("jobs", "labelled-jobs")
         if self.jobs and flavour != "gangsched":
             raise ValueError(
@@ -874,7 +923,9 @@ class Bench:
         request_json(self.api, "POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
         contestant: Contestant
         if flavour == "gangsched":
-            contestant = Gangsched(self.cp, namespace=namespace, concurrency=opts.concurrency, out=out)
+            contestant = Gangsched(
+                self.cp, namespace=namespace, concurrency=opts.concurrency, out=out, extra_args=extra_args
+            )
         elif flavour == "bare":
             contestant = BareBinder(
                 self.cp, namespace=namespace, workers=opts.concurrency, pool=opts.pool, out=out
@@ -931,6 +982,20 @@ class Bench:
                     )
                     log(f"{name}: {len(submissions)} gangs submitted as Jobs")
                     last_create = max(recording.submitted.values())
+                elif self.fifo:
+                    # Gang after gang, each whole before the next begins: creation order is
+                    # queue order (timestamps are to the second; names break ties in order).
+                    for gang in self.workload.gangs:
+                        gang_items = self._items([gang], flavour, namespace)
+                        create_all(
+                            self.endpoint,
+                            gang_items,
+                            workers=min(opts.load_workers, len(gang_items)),
+                            done=recording.created,
+                            groups=recording.submitted,
+                        )
+                    log(f"{name}: {len(recording.created)} pods created, gang after gang")
+                    last_create = max(recording.created.values())
                 else:
                     create_all(
                         self.endpoint,
@@ -943,6 +1008,18 @@ class Bench:
                     last_create = max(recording.created.values())
                 if self.preemption:
                     self._preemption_load(contestant, observer, sampler, recording, namespace, last_create)
+                elif self.fifo:
+                    # Until every pod has finished; a round runs `run_seconds` without a binding,
+                    # so the scheduler is settled only after that much longer.
+                    self._wait(
+                        contestant,
+                        observer,
+                        sampler,
+                        total=pods,
+                        last_create=last_create,
+                        counter=observer.finished,
+                        quiet=opts.quiet + (opts.run_seconds or 0.0),
+                    )
                 else:
                     self._wait(contestant, observer, sampler, total=pods, last_create=last_create)
                 recording.end = time.monotonic()
@@ -977,7 +1054,8 @@ class Bench:
                 recording.preemptors = self._preemptors(flavour, namespace)
             # Evicted low gangs are not recreated: nothing to strand. The bare binder's nodes may be
             # over-committed: no free capacity to offer a gang.
-            elif opts.oracle and flavour != "bare":
+            # fifo-rounds: every pod has finished (or the run timed out): nothing is left to offer.
+            elif opts.oracle and flavour != "bare" and not self.fifo:
                 started = time.monotonic()
                 bound = self._bound(pods_listed)
                 recording.stranded = len(oracle.stranded_gangs(self.workload, pool=opts.pool, bound=bound))
@@ -1148,12 +1226,15 @@ class Bench:
         total: int,
         last_create: float,
         counter: Synchronized | None = None,  # type: ignore[type-arg]
+        quiet: float | None = None,
     ) -> None:
         """Until every pod is bound, or the scheduler has settled: no binding for `quiet` seconds
         while it used under a quarter of a core (it is not still catching up), or no binding for
         4 x `quiet` whatever it does (a scheduler retrying unschedulable gangs forever).
-        `counter` counts the bound pods (default: every pod the observer saw bound)."""
+        `counter` counts the bound pods (default: every pod the observer saw bound); `quiet`
+        overrides the option's. A pod finishing counts as activity, as a binding does."""
         opts = self.options
+        quiet = opts.quiet if quiet is None else quiet
         count = observer.bound if counter is None else counter
         started = time.monotonic()
         last_report = started
@@ -1167,10 +1248,15 @@ class Bench:
                 raise RuntimeError(f"{contestant.flavour} exited:\n{contestant.tail()}")
             # The Job controller creates pods after the last Job is submitted: a pod just seen
             # is work the scheduler has not had its chance at.
-            last = max(float(observer.last_bind.value), float(observer.last_seen.value), last_create)
+            last = max(
+                float(observer.last_bind.value),
+                float(observer.last_seen.value),
+                float(observer.last_finish.value),
+                last_create,
+            )
             idle = now - last
-            if idle >= 4 * opts.quiet or (
-                idle >= opts.quiet and sampler.cores("scheduler", over=opts.quiet / 2) < _SETTLED_CORES
+            if idle >= 4 * quiet or (
+                idle >= quiet and sampler.cores("scheduler", over=quiet / 2) < _SETTLED_CORES
             ):
                 return
             if now - started > opts.timeout:
@@ -1178,7 +1264,10 @@ class Bench:
                 return
             if now - last_report >= 5:
                 last_report = now
-                opts.log(f"{contestant.flavour}: {bound}/{total} pods bound")
+                opts.log(
+                    f"{contestant.flavour}: {bound}/{total} pods "
+                    + ("finished" if counter is observer.finished else "bound")
+                )
 
     @staticmethod
     def _bound(pods: Sequence[Mapping[str, Any]]) -> dict[str, str]:

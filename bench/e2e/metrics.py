@@ -28,12 +28,13 @@ from typing import Any, Literal
 
 from .workload import GPUS_PER_NODE, Gang, Workload
 
-EventKind = Literal["bound", "deleted"]
+# finished: first seen Succeeded or Failed (the node agent ended it; the fifo-rounds workload)
+EventKind = Literal["bound", "deleted", "finished"]
 
 
 @dataclass(frozen=True, slots=True)
 class PodEvent:
-    """A pod first seen bound (with its node), or deleted, by the watch at time `t`."""
+    """A pod first seen bound (with its node), finished, or deleted, by the watch at time `t`."""
 
     t: float
     pod: str
@@ -107,7 +108,7 @@ def recording_to_json(rec: Recording) -> dict[str, Any]:
 
 
 def recording_from_json(data: Mapping[str, Any]) -> Recording:
-    kinds: dict[str, EventKind] = {"bound": "bound", "deleted": "deleted"}
+    kinds: dict[str, EventKind] = {"bound": "bound", "deleted": "deleted", "finished": "finished"}
     return Recording(
         contestant=str(data["contestant"]),
         created={str(k): float(v) for k, v in data["created"].items()},

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from .fifo import FifoFigures, busy_curve, compute_fifo, ideal_curve
 from .metrics import Figures, PreemptionFigures, Recording, bound_curve
 from .workload import Workload
 
@@ -472,3 +473,101 @@ def jobs_table(runs: Mapping[str, Sequence[Figures]]) -> str:
             cells.append(f"{j / p:.2f}x ({better} is better)" if ratio else "")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# The fifo-rounds workload (issue 26)
+
+FIFO_LABELS: Final = {
+    "native": "kube-scheduler v1.36.3",
+    "gangsched": "gangsched BestEffortFIFO",
+    "gangsched-strict": "gangsched StrictFIFO",
+    "gangsched-reserve0": "gangsched BestEffortFIFO, --reservation-after 0",
+}
+FIFO_COLOURS: Final = {
+    "native": "tab:orange",
+    "gangsched": "tab:blue",
+    "gangsched-strict": "tab:green",
+    "gangsched-reserve0": "tab:purple",
+}
+
+
+def fifo_workload_line(workload: Workload, run_seconds: float, rounds: int) -> str:
+    sizes = [len(g.pods) for g in workload.gangs]
+    return (
+        f"Workload fifo-rounds (seed {workload.seed}): {len(sizes)} whole-node gangs of "
+        f"{min(sizes)} to {max(sizes)} pods ({sum(sizes)} pods, 8 GPUs each), submitted gang after "
+        f"gang, each pod running {run_seconds:g} s; {workload.topology.describe()}. Strict FIFO "
+        f"packs them in {rounds} rounds: ideal makespan {rounds * run_seconds:g} s."
+    )
+
+
+def fifo_table(runs: Mapping[str, Sequence[FifoFigures]]) -> str:
+    """One row per run: makespan, occupancy (ideal / makespan), inversions, gaps."""
+    head = (
+        "| contestant | makespan | occupancy (ideal / makespan) | GPU busy | inversions | "
+        "largest gap between rounds | sum of gaps | first gang started | gangs started | pods finished |"
+    )
+    lines = [head, "|" + "---|" * 10]
+    for name, figures in runs.items():
+        for f in figures:
+            lines.append(
+                f"| {FIFO_LABELS.get(name, name)} | {f.makespan_s:.1f} s | {f.occupancy:.3f} | "
+                f"{100 * f.gpu_busy:.1f} % | {f.inversions} | {f.largest_gap_s:.2f} s "
+                f"(at {f.largest_gap_at_s:.0f} s) | {f.total_gap_s:.2f} s | {f.first_start_s:.2f} s | "
+                f"{f.gangs_started} / {f.gangs} | {f.pods_finished} / {f.pods} |"
+            )
+    return "\n".join(lines)
+
+
+def fifo_plot(recordings: Sequence[Recording], workload: Workload, run_seconds: float, path: Path) -> None:
+    """Busy GPUs over time, one panel per contestant, over the ideal strict-FIFO schedule."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [len(g.pods) for g in workload.gangs]
+    ideal_x, ideal_y = ideal_curve(sizes, workload.topology.nodes, run_seconds)
+    fig, axes = plt.subplots(
+        len(recordings), 1, figsize=(9, 1.2 + 2.0 * len(recordings)), dpi=110, sharex=True, squeeze=False
+    )
+    right = ideal_x[-1]
+    for ax, rec in zip(axes[:, 0], recordings, strict=True):
+        xs, ys = busy_curve(rec, workload)
+        right = max(right, xs[-1])
+        figures = compute_fifo(rec, workload, run_seconds=run_seconds)
+        label = FIFO_LABELS.get(rec.contestant, rec.contestant)
+        ax.step(
+            ideal_x,
+            ideal_y,
+            where="post",
+            color="gray",
+            linestyle=":",
+            linewidth=1,
+            label="ideal strict FIFO",
+        )
+        ax.step(
+            xs,
+            ys,
+            where="post",
+            color=FIFO_COLOURS.get(rec.contestant, "tab:gray"),
+            linewidth=1.6,
+            label=f"{label}: {figures.makespan_s:.0f} s, {figures.occupancy:.2f} of ideal, "
+            f"{figures.inversions} inversions",
+        )
+        ax.axhline(workload.topology.gpus, color="black", linewidth=0.6)
+        ax.set_ylim(0, workload.topology.gpus * 1.25)
+        ax.set_ylabel("busy GPUs")
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper right", fontsize=8, ncol=2)
+    axes[0, 0].set_title(
+        f"GPU occupancy: {len(sizes)} whole-node gangs in FIFO order on "
+        f"{workload.topology.nodes} nodes x 8 GPUs, {run_seconds:g} s each"
+    )
+    axes[-1, 0].set_xlabel("seconds since the first pod was created")
+    axes[-1, 0].set_xlim(0, right * 1.03)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)

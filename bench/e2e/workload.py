@@ -55,7 +55,8 @@ Flavour = Literal["gangsched", "native", "bare"]
 # benchmark creates first (`labelled-jobs`: the Job controller's share of the cost, without
 # automatic gangs).
 Feed = Literal["podgroups", "jobs", "labelled-jobs"]
-WorkloadKind = Literal["gpu", "dra", "preemption", "jobs"]
+# fifo-rounds: issue 26's stream of whole-node gangs (bench/e2e/fifo.py)
+WorkloadKind = Literal["gpu", "dra", "preemption", "jobs", "fifo-rounds"]
 Level = Literal["rack", "block"]
 Priority = Literal["low", "high"]
 Manifest = dict[str, Any]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
+import heapq
 import ipaddress
 import json
 import logging
@@ -517,15 +518,31 @@ class NodeAgent:
     - moves Pending pods to Running (conditions, pod IP, host IP, start time, container
       statuses), as a kubelet does once the containers have started;
     - force-deletes pods carrying a deletionTimestamp, as a kubelet does after stopping the
-      containers; without it a gracefully deleted pod stays Terminating forever.
+      containers; without it a gracefully deleted pod stays Terminating forever;
+    - with `run_seconds`, finishes each pod it started (phase Succeeded, as `finish_pod`)
+      that long after it moved it to Running, as a batch job's containers exiting would. The
+      finishing is done by a timer thread and a few workers, not the watch thread, so that a
+      round of pods ending together is not finished one watch event at a time.
 
     Use as a context manager, or start()/stop(). Errors the loop survived are kept in
     :attr:`errors` for tests to assert on.
     """
 
-    def __init__(self, *, api_client: client.ApiClient, fake_node_label: str = FAKE_NODE_LABEL) -> None:
+    def __init__(
+        self,
+        *,
+        api_client: client.ApiClient,
+        fake_node_label: str = FAKE_NODE_LABEL,
+        run_seconds: float | None = None,
+    ) -> None:
         self._api = api_client
         self._label = fake_node_label
+        self._run_seconds = run_seconds
+        # (when to finish, namespace, name) of the pods started, earliest first (`run_seconds`)
+        self._due: list[tuple[float, str, str]] = []
+        self._due_changed = threading.Condition()
+        self._finisher: threading.Thread | None = None
+        self._finishers: ThreadPoolExecutor | None = None
         self._nodes: dict[str, str] = {}  # fake node name -> its InternalIP
         self._deleted: set[str] = set()  # uids already force-deleted
         self._stopping = threading.Event()
@@ -560,6 +577,10 @@ class NodeAgent:
         if self.running:
             return
         self._stopping.clear()
+        if self._run_seconds is not None:
+            self._finishers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="node-agent-finish")
+            self._finisher = threading.Thread(target=self._finish_due, name="node-agent-timer", daemon=True)
+            self._finisher.start()
         self._thread = threading.Thread(target=self._run, name="gangsched-node-agent", daemon=True)
         self._thread.start()
 
@@ -573,6 +594,14 @@ class NodeAgent:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        with self._due_changed:
+            self._due_changed.notify_all()
+        if self._finisher is not None:
+            self._finisher.join(timeout)
+            self._finisher = None
+        if self._finishers is not None:
+            self._finishers.shutdown(wait=True, cancel_futures=True)
+            self._finishers = None
 
     def finish_pod(self, *, namespace: str, name: str, succeeded: bool = True) -> None:
         """End a pod with success or failure; see :func:`finish_pod`."""
@@ -630,6 +659,27 @@ class NodeAgent:
             response.close()
             response.release_conn()
 
+    def _finish_due(self) -> None:
+        """The timer thread: hand each started pod to the workers once its run time is over."""
+        while not self._stopping.is_set():
+            with self._due_changed:
+                now = time.monotonic()
+                if not self._due or self._due[0][0] > now:
+                    self._due_changed.wait(None if not self._due else self._due[0][0] - now)
+                    continue
+                _, namespace, name = heapq.heappop(self._due)
+            if self._finishers is not None:
+                self._finishers.submit(self._finish_one, namespace, name)
+
+    def _finish_one(self, namespace: str, name: str) -> None:
+        try:
+            finish_pod(api=self._api, namespace=namespace, name=name)
+        except ApiException as exc:
+            if exc.status != 404:  # deleted meanwhile: nothing left to finish
+                self._survive(exc)
+        except Exception as exc:
+            self._survive(exc)
+
     def _survive(self, exc: BaseException) -> None:
         logger.warning("node agent: %r; retrying", exc)
         self.errors.append(exc)
@@ -679,6 +729,10 @@ class NodeAgent:
                 body=_running_status(pod, host_ip=host_ip),
                 content_type=MERGE_PATCH,
             )
+            if self._run_seconds is not None:
+                with self._due_changed:
+                    heapq.heappush(self._due, (time.monotonic() + self._run_seconds, namespace, name))
+                    self._due_changed.notify()
         except ApiException as exc:
             # 404: gone meanwhile; 409: changed meanwhile, and its next event comes anyway.
             if exc.status not in (404, 409):

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # `pytest` without `python -m` does not put the repo root there
     sys.path.insert(0, str(REPO))
 
-from bench.e2e import metrics, report  # noqa: E402
+from bench.e2e import fifo, metrics, report  # noqa: E402
 from bench.e2e.harness import Bench, Options, bare_binder_binary  # noqa: E402
 from bench.e2e.workload import (  # noqa: E402
     GPUS_PER_NODE,
@@ -61,6 +61,44 @@ def test_small_benchmark_places_every_gang_whole(
             assert fig.stranded_gangs == 0, where
     assert "| partial gangs ever observed (must be 0) | 0 |" in report.table(figures)
     assert "matplotlib" not in sys.modules  # the table needs no plotting library
+
+
+def test_small_fifo_rounds_benchmark_runs_strict_fifo_in_order(
+    control_plane: devcluster.ControlPlane, tmp_path: Path
+) -> None:
+    """The fifo-rounds workload at 8 nodes, 12 gangs, pods running 2 s: the node agent
+    finishes every pod, and gangsched with StrictFIFO starts every gang in submission order;
+    BestEffortFIFO starts and finishes every gang too."""
+    topology = Topology(nodes=8, rack_size=4, racks_per_block=2)
+    workload = fifo.generate_fifo_rounds(topology, seed=fifo.FIFO_SEED, gangs=12)
+    sizes = [len(g.pods) for g in workload.gangs]
+    assert len(fifo.strict_rounds(sizes, topology.nodes)) > 1  # some gang has to wait
+    options = Options(
+        pool=f"t{uuid.uuid4().hex[:6]}",
+        quiet=8.0,
+        timeout=120.0,
+        agent=True,
+        run_seconds=2.0,
+        log=lambda _: None,
+    )
+    runs = {
+        "gangsched-strict": ("--queueing-strategy", "StrictFIFO"),
+        "gangsched": (),
+    }
+    with Bench(control_plane, workload, options, tmp_path) as bench:
+        for variant, extra in runs.items():
+            rec = bench.run("gangsched", variant=variant if extra else None, extra_args=extra)
+            assert rec.contestant == variant
+            fig = fifo.compute_fifo(rec, workload, run_seconds=2.0)
+            where = f"{variant}: {fig.as_dict()}"
+            assert fig.gangs_started == len(workload.gangs), where
+            assert fig.pods_finished == workload.pods, where
+            bound = {e.pod: e.t for e in rec.events if e.kind == "bound"}
+            ran = [e.t - bound[e.pod] for e in rec.events if e.kind == "finished"]
+            assert len(ran) == workload.pods, where
+            assert min(ran) >= 2.0, where  # the node agent finished each pod after its run time
+            if variant == "gangsched-strict":
+                assert fig.inversions == 0, where
 
 
 def test_small_dra_benchmark_allocates_every_device_once(

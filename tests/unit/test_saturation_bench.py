@@ -55,3 +55,14 @@ def test_table_names_every_policy(outcomes: dict[str, saturation.Outcome]) -> No
     text = saturation.table(list(outcomes.values()))
     for policy in saturation.POLICIES:
         assert f"| {policy} |" in text
+
+
+def test_engine_strict_fifo_blocks_as_strict_fifo_does(outcomes: dict[str, saturation.Outcome]) -> None:
+    """The engine's StrictFIFO (a head blocks the gangs behind it) starts what the simulated
+    head-of-line blocking starts on this stream, which has no gang that can never fit."""
+    strict = outcomes["gangsched-strict"]
+    assert strict.arrived == outcomes["strict-fifo"].arrived > 0
+    assert strict.started == outcomes["strict-fifo"].started
+    assert strict.started < outcomes["no-reserve"].started
+    assert "| gangsched-strict |" in saturation.table([strict])
+    assert saturation.table([strict]).rstrip().endswith("| n/a |")
