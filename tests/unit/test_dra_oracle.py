@@ -1332,11 +1332,14 @@ def test_generated_selectors_match_upstream(
         assert got == want, message
 
 
-def test_generated_cases_exercise_consumable_capacity() -> None:
-    """Runs after the generated allocations (file order): every consumable-capacity situation was
-    generated, and compared, often enough to mean something. The counts are printed (-s)."""
+def test_generated_cases_exercise_consumable_capacity(oracle_process: Oracle | None) -> None:
+    """Every consumable-capacity situation was generated, and compared, often enough to mean
+    something. The counts come from test_generated_allocations_match_upstream, which runs its
+    examples here when it has not run before this test (deselected, or another order). The
+    counts are printed (-s)."""
+    _need(oracle_process)  # without the binary, as every generated test (CI=true: a failure)
     if not GENERATED_CASES:
-        pytest.skip("test_generated_allocations_match_upstream did not run (no oracle, or deselected)")
+        test_generated_allocations_match_upstream(oracle_process=oracle_process)
     print(f"\ngenerated allocation cases: {dict(sorted(GENERATED_CASES.items()))}")
     for feature in (
         "shared devices published",

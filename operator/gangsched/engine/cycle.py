@@ -13,7 +13,7 @@ import numpy as np
 from gangsched.engine.dra.allocator import AllocationResult
 from gangsched.engine.dra.extended import delegate
 from gangsched.engine.dra.inventory import DeviceCaches, DeviceState, DraObjects
-from gangsched.engine.group import place_group
+from gangsched.engine.group import place_group, unplaced
 from gangsched.engine.preemption import Running, find_preemption
 from gangsched.engine.queue import Queue, belongs, build_queue, order_key, queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, never_fits, reservation_nodes
@@ -142,16 +142,8 @@ def schedule_groups(
 
 
 def queued_behind(group: GroupRequest, head: QueueHead) -> GroupDecision:
-    return GroupDecision(
-        namespace=group.namespace,
-        name=group.name,
-        scheduled=False,
-        reason=Reason.QUEUED_BEHIND,
-        message=(
-            f"StrictFIFO: queued behind {head.key[0]}/{head.key[1]}, which comes first and does not fit yet"
-        ),
-        pending=list(group.pending),
-    )
+    message = f"StrictFIFO: queued behind {head.key[0]}/{head.key[1]}, which comes first and does not fit yet"
+    return unplaced(group, message, Reason.QUEUED_BEHIND)
 
 
 def blocked_for(
