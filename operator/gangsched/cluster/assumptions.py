@@ -53,6 +53,12 @@ class Assumptions:
             return dataclasses.replace(pod, node_name=assumed.node)
         return pod
 
+    def frozen_view(self) -> Callable[[Pod], Pod]:
+        """`view` as of now, unchanged by later assumptions (for a read in another thread)."""
+        frozen = Assumptions(clock=self._clock)
+        frozen._assumed = dict(self._assumed)
+        return frozen.view
+
     def __contains__(self, key: object) -> bool:
         return key in self._assumed
 

@@ -10,6 +10,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+import msgspec
+
 from gangsched.cluster.store import Body, Kind
 from gangsched.model import (
     Node,
@@ -34,6 +36,7 @@ from gangsched.model.dra import (
 )
 from gangsched.model.owners import LWS_NAME_LABEL, OWNER_KINDS, Owner, OwnerKind, parse_owner
 from gangsched.model.pdb import DisruptionBudget, parse_disruption_budget
+from gangsched.model.pod import with_status
 
 T = TypeVar("T")
 
@@ -63,6 +66,34 @@ def _pod_view(pod: Pod) -> object:
         pod.claims,
         tuple(sorted(pod.claim_statuses.items(), key=lambda kv: kv[0])),
     )
+
+
+_DIGEST = msgspec.json.Encoder()
+
+
+def _pod_digest(body: Body) -> int | None:
+    """What `parse_pod` reads of a pod except its status and resourceVersion (`with_status`
+    reads those again): the spec and the metadata the model keeps."""
+    meta, spec = body.get("metadata") or {}, body.get("spec") or {}
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping) or spec.get("priority") is None:
+        # Without spec.priority (admission sets it) the priority is resolved through the
+        # PriorityClasses held, which may have changed since: parse it in full.
+        return None
+    try:
+        encoded = _DIGEST.encode(
+            (
+                meta.get("uid"),
+                meta.get("creationTimestamp"),
+                meta.get("deletionTimestamp"),
+                meta.get("labels"),
+                meta.get("annotations"),
+                meta.get("ownerReferences"),
+                spec,
+            )
+        )
+    except (TypeError, ValueError, msgspec.EncodeError):
+        return None  # not what the API serves: parse it in full
+    return hash(encoded)
 
 
 def _pod_group_view(group: PodGroup) -> object:
@@ -118,7 +149,13 @@ def _ignore_priorities(parse: Callable[[Body], T]) -> Callable[[Body, PriorityCl
     return parse_alone
 
 
-POD: Kind[Pod] = Kind("pods", lambda body, priorities: parse_pod(body, priorities=priorities), view=_pod_view)
+POD: Kind[Pod] = Kind(
+    "pods",
+    lambda body, priorities: parse_pod(body, priorities=priorities),
+    view=_pod_view,
+    digest=_pod_digest,
+    refresh=with_status,
+)
 NODE: Kind[Node] = Kind("nodes", _ignore_priorities(parse_node), namespaced=False)
 POD_GROUP: Kind[PodGroup] = Kind(
     "podgroups",

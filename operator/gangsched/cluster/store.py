@@ -62,6 +62,11 @@ class Kind(Generic[T]):
     keep_body: Callable[[Body], Body] | None = None
     # Errors a body of this kind can raise besides ModelError (reported, never raised).
     errors: tuple[type[Exception], ...] = ()
+    # A digest of what `parse` reads of a body except what `refresh` reads again (a pod's
+    # spec and metadata, not its status): an event whose digest is the one held is handed to
+    # `refresh(held object, body)` instead of a full parse. None: the digest cannot be taken.
+    digest: Callable[[Body], int | None] | None = None
+    refresh: Callable[[T, Body], T] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +81,14 @@ class Change(Generic[T]):
 
 
 class _Table(Generic[T]):
-    __slots__ = ("bodies", "invalid", "objects", "versions")
+    __slots__ = ("bodies", "digests", "invalid", "objects", "versions")
 
     def __init__(self) -> None:
         self.objects: dict[Key, T] = {}
         self.versions: dict[Key, str] = {}  # held per key, valid or not
         self.invalid: dict[Key, str] = {}
         self.bodies: dict[Key, Body] = {}
+        self.digests: dict[Key, int] = {}  # of the body each object was parsed from (`Kind.digest`)
 
 
 def _older(incoming: str, held: str) -> bool:
@@ -133,13 +139,23 @@ class Store:
     def _parse(self, kind: Kind[T], table: _Table[T], key: Key, body: Body) -> Change[T]:
         old = table.objects.get(key)
         errors: tuple[type[Exception], ...] = (ModelError, *kind.errors)
+        digest = kind.digest(body) if kind.digest is not None else None
         try:
-            new = kind.parse(body, self.priorities)
+            if digest is not None and old is not None and table.digests.get(key) == digest:
+                assert kind.refresh is not None
+                new = kind.refresh(old, body)  # the status alone changed
+            else:
+                new = kind.parse(body, self.priorities)
         except errors as exc:
             # An object we cannot read offers nothing: say why, never fail the watch on it.
             table.invalid[key] = str(exc)
             table.objects.pop(key, None)
+            table.digests.pop(key, None)
             return Change(key, old, None, True)
+        if digest is not None:
+            table.digests[key] = digest
+        else:
+            table.digests.pop(key, None)
         table.invalid.pop(key, None)
         if old is not None and kind.view(old) == kind.view(new):
             if kind.keep_equal:
@@ -153,6 +169,7 @@ class Store:
         table = self._table(kind)
         table.versions.pop(key, None)
         table.bodies.pop(key, None)
+        table.digests.pop(key, None)
         was_invalid = table.invalid.pop(key, None) is not None
         old = table.objects.pop(key, None)
         if old is None and not was_invalid:

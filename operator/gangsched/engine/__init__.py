@@ -1,7 +1,8 @@
 """The placement engine: pure, vectorised, shared by `gangsched run` and `gangsched simulate`.
 
 No state outlives a call: what is worth keeping from one cycle to the next (the device table,
-selector answers) is a `DeviceCaches` the caller owns and passes in.
+selector answers, the snapshot kept up to date pod by pod) the caller owns and passes in
+(`DeviceCaches`; a `Snapshot` and `BoundPods` from `cluster.snapshots`).
 
 One job per module, lowest first:
   snapshot     nodes as numpy rows; eligibility of a pod shape; topology domains
@@ -22,6 +23,7 @@ One job per module, lowest first:
 
 from gangsched.engine.cycle import schedule_cycle, schedule_groups
 from gangsched.engine.dra.inventory import DeviceCaches, DraObjects
+from gangsched.engine.preemption import BoundPods
 from gangsched.engine.queue import queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS
 from gangsched.engine.snapshot import Snapshot
@@ -35,6 +37,7 @@ from gangsched.engine.types import (
 
 __all__ = [
     "DEFAULT_RESERVATION_AFTER_SECONDS",
+    "BoundPods",
     "CycleResult",
     "DeviceCaches",
     "DraObjects",

@@ -14,7 +14,7 @@ from gangsched.engine.dra.allocator import AllocationResult
 from gangsched.engine.dra.extended import delegate
 from gangsched.engine.dra.inventory import DeviceCaches, DeviceState, DraObjects
 from gangsched.engine.group import place_group, unplaced
-from gangsched.engine.preemption import Running, find_preemption
+from gangsched.engine.preemption import BoundPods, Running, find_preemption, may_preempt
 from gangsched.engine.queue import Queue, belongs, build_queue, order_key, queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS, never_fits, reservation_nodes
 from gangsched.engine.snapshot import BoolArray, Snapshot
@@ -46,7 +46,7 @@ def schedule_groups(
     held: Sequence[Reservation] = (),
     devices: DeviceState | None = None,
     nominations: Sequence[Reservation] = (),
-    bound: Sequence[Pod] = (),
+    bound: Sequence[Pod] | BoundPods = (),
     pod_groups: Mapping[Key, PodGroup] | None = None,
     budgets: Sequence[DisruptionBudget] = (),
     before_place: BeforePlace | None = None,
@@ -62,8 +62,9 @@ def schedule_groups(
     cluster's DRA devices (None: no DRA objects). Returned: the decisions, and the
     reservations that stand after this cycle.
 
-    A group that does not fit may preempt lower-priority units among `bound` pods
-    (`engine.preemption`); its decision then carries the victims, and the domain it will take
+    A group that does not fit may preempt lower-priority units among `bound` pods (a
+    `BoundPods`, read only when it may help; `engine.preemption`); its decision then carries
+    the victims, and the domain it will take
     is held for it like a reservation (a nomination). `nominations` are those the loop keeps
     while victims terminate: their owners do not preempt again, and groups behind them may
     not use their nodes. `before_place` sees each group's turn (`gangsched explain`).
@@ -80,6 +81,8 @@ def schedule_groups(
     nominated = list(nominations)
     preempting = {r.owner for r in nominations}
     running: Running | None = None  # what preemption reads of the running pods, once per cycle
+    bound_pods = bound if isinstance(bound, BoundPods) else BoundPods.of(bound)
+    by_key = pod_groups or {}
     ordered = queue_order(groups)
     # Free domains are kept whole only while a waiting gang needs one (engine.sparing);
     # reservations and nominations of groups not decided now hide their pods, so they do.
@@ -108,14 +111,19 @@ def schedule_groups(
             # Decided before the preemption below, which keeps it a head while victims go.
             outcome.decision.blocks_queue = True
             ahead.append(QueueHead(group.key, order))
-        if group.key not in preempting and outcome.decision.reason == Reason.UNSCHEDULABLE and bound:
+        if (
+            group.key not in preempting
+            and outcome.decision.reason == Reason.UNSCHEDULABLE
+            and may_preempt(group)
+            and bound_pods.may_help(group, by_key)
+        ):
             if running is None:
-                running = Running.of(bound, pod_groups or {})
+                running = Running.of(bound_pods.read(), by_key)
             found = find_preemption(
                 snapshot,
                 group,
-                bound=bound,
-                groups=pod_groups or {},
+                bound=(),
+                groups=by_key,
                 blocked=blocked,
                 devices=devices,
                 allocated_now=allocated_now,
@@ -184,6 +192,8 @@ def schedule_cycle(
     held_pods: Mapping[Key, str] | None = None,
     queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO,
     heads: Sequence[QueueHead] = (),
+    snapshot: Snapshot | None = None,
+    bound: BoundPods | None = None,
 ) -> CycleResult:
     """Group the pending pods of `scheduler_name`, then place every group in queue order.
 
@@ -196,6 +206,12 @@ def schedule_cycle(
     them this call starts from none. `held_pods` (without `queue`) are pods whose automatic gang
     is not formed yet, with why: each waits alone, never placed (`build_queue`'s `held`, what the
     loop's `loop.gangs` holds). `queueing` and `heads`: see `schedule_groups`.
+
+    `snapshot` and `bound`: the operator's, kept up to date pod by pod
+    (`cluster.snapshots`): the snapshot already counts every bound pod (then `nodes` is not
+    read, and `pods` need hold only what the queue is built from: the scheduler's own pods
+    and the groups' members), and `bound` gives every pod holding resources when preemption
+    asks. Without them both are made from `pods`.
     """
     if queue is None:
         queue = build_queue(
@@ -207,11 +223,16 @@ def schedule_cycle(
         )
     if dra is not None and not dra.empty:
         given = pods
-        pods, dra = delegate(pods, dra, nodes)  # KEP-5004: extended resources served by devices
+        # KEP-5004: extended resources served by devices. A kept snapshot counts what bound
+        # pods request of them in a column no node offers: no pending pod asks for it.
+        pods, dra = delegate(pods, dra, nodes if snapshot is None else snapshot.nodes)
         queue = queue.with_pods(
             {new.key: new for old, new in zip(given, pods, strict=True) if new is not old}
         )
-    snapshot = Snapshot(nodes, (p for p in pods if p.holds_resources))
+    if snapshot is None:
+        snapshot = Snapshot(nodes, (p for p in pods if p.holds_resources))
+    if bound is None:
+        bound = BoundPods.of(pods)
     devices: DeviceState | None = None
     if dra is not None and not dra.empty:
         caches = device_caches if device_caches is not None else DeviceCaches()
@@ -224,7 +245,7 @@ def schedule_cycle(
         held=reservations,
         devices=devices,
         nominations=nominations,
-        bound=[p for p in pods if p.holds_resources],
+        bound=bound,
         pod_groups=groups_by_key,
         budgets=budgets,
         before_place=before_place,

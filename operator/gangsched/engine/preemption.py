@@ -26,7 +26,7 @@ Rules (kube-scheduler's KEP-5710 where it fits, better where it falls short):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,6 +172,38 @@ def _gpus(pods: Sequence[Pod], freed: int) -> int:
     for pod in pods:
         total += sum(v // 1000 for k, v in pod.requests.items() if "gpu" in k.lower())
     return total
+
+
+@dataclass(frozen=True, slots=True)
+class BoundPods:
+    """The pods holding resources, as preemption needs them: `read` gives them all (a walk
+    over every bound pod of the cluster, done only once a group may preempt); the caller that
+    keeps `lowest_priority` (of those not being deleted; SYSTEM_CRITICAL when none) and
+    `terminating` up to date pod by pod (`cluster.snapshots.NodeInfos`) spares the walk when
+    no pod can be a victim or be waited for."""
+
+    read: Callable[[], Sequence[Pod]]
+    lowest_priority: int = -SYSTEM_CRITICAL  # unknown: as low as can be, so the walk is done
+    terminating: bool = True
+
+    @classmethod
+    def of(cls, pods: Sequence[Pod]) -> BoundPods:
+        bound = [p for p in pods if p.holds_resources]
+        alive = [p.priority for p in bound if not p.deleting]
+        return cls(
+            read=lambda: bound,
+            lowest_priority=min(alive, default=SYSTEM_CRITICAL),
+            terminating=any(p.deleting for p in bound),
+        )
+
+    def may_help(self, group: GroupRequest, groups: Mapping[Key, PodGroup]) -> bool:
+        """Could any pod be a victim for `group`, or is any terminating? False spares `read`.
+        A gang unit's priority may be its PodGroup's class rather than its pods': the lowest
+        such class counts too."""
+        if self.terminating:
+            return True
+        floor = min([self.lowest_priority, *(g.priority for g in groups.values() if g.has_priority_class)])
+        return floor < min(group.priority, SYSTEM_CRITICAL)
 
 
 @dataclass(frozen=True, slots=True)

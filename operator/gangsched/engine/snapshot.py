@@ -1,14 +1,22 @@
 """The engine's frozen view of the cluster: nodes as rows of numpy arrays.
 
-Built once per scheduling cycle from nodes and bound pods. Everything the placement
-engine asks per node (free capacity, eligibility of a pod shape, topology domain of a
-node) is answered with vector operations over these arrays, and cached per cycle.
+Everything the placement engine asks per node (free capacity, eligibility of a pod shape,
+topology domain of a node) is answered with vector operations over these arrays, and cached.
+
+Two ways to get one:
+
+- `Snapshot(nodes, bound_pods)` builds it from scratch (`gangsched simulate`, `explain`, tests);
+- the operator keeps one from cycle to cycle and changes only the rows of the nodes that
+  changed (`cluster.snapshots.SnapshotKeeper`, kube-scheduler's generation-numbered
+  `UpdateSnapshot`): `set_node` and `set_used` change a row, `for_cycle` hands out a copy the
+  engine may place on. What depends on the nodes alone (labels, domains, eligibility) is
+  cached on the kept snapshot and shared by its copies until a node changes.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,14 +72,57 @@ class Snapshot:
         for pod in bound_pods:
             if pod.holds_resources and pod.node_name in self.index:
                 self.add_usage(self.index[pod.node_name], self.vector(pod.requests))
+        self._shared = False  # `nodes` and `allocatable` are handed out by `for_cycle`
+        self.nodes_changed()
+
+    def nodes_changed(self) -> None:
+        """Drop what was derived from the nodes (a node's labels, taints or readiness changed)."""
         self._labels: dict[str, tuple[npt.NDArray[np.int32], dict[str, int]]] = {}
         self._eligibility: dict[Placement, Eligibility] = {}
         self._domains: dict[tuple[str, ...], tuple[IntArray, list[tuple[str, ...]]]] = {}
+        self.__dict__.pop("_scale", None)
+        n = len(self.nodes)
         self.base_reason = np.zeros(n, dtype=np.int8)
         for i, node in enumerate(self.nodes):
             if not node.ready:
                 self.base_reason[i] = NOT_READY
         self._tainted = [i for i, node in enumerate(self.nodes) if node.taints or node.unschedulable]
+
+    # ------------------------------------------------------------------ kept across cycles
+
+    def set_node(self, row: int, node: Node) -> None:
+        """Row `row` is `node` now (the same name, changed). Call `nodes_changed` after the last."""
+        for resource in node.allocatable:
+            if resource not in self.columns:
+                self._add_column(resource)
+        if self._shared:  # copy on write: the copies handed out keep what they were given
+            self.nodes = list(self.nodes)
+            self.allocatable = self.allocatable.copy()
+            self._shared = False
+        self.nodes[row] = node
+        allocatable = self.allocatable[row]
+        allocatable[:] = 0
+        for resource, amount in node.allocatable.items():
+            allocatable[self.columns[resource]] = amount
+
+    def set_used(self, row: int, requests: Mapping[str, int]) -> None:
+        """What the pods holding resources on the node of `row` request, in all."""
+        for resource in requests:
+            if resource not in self.columns:
+                self._add_column(resource)
+        used = self.used[row]
+        used[:] = 0
+        for resource, amount in requests.items():
+            used[self.columns[resource]] = amount
+
+    def for_cycle(self) -> Snapshot:
+        """A copy for one cycle: its usage and columns its own (the engine places on it), the
+        nodes, allocatable and everything derived from the nodes shared, read-only."""
+        copy_ = copy.copy(self)
+        copy_.columns = dict(self.columns)
+        copy_.used = self.used.copy()
+        self._shared = True
+        return copy_
 
     # ------------------------------------------------------------------ resources
 
@@ -83,14 +134,17 @@ class Snapshot:
         """A request as a row; a resource no node offers gets a zero column (so it never fits)."""
         for resource in requests:
             if resource not in self.columns:
-                self.columns[resource] = len(self.columns)
-                pad = np.zeros((len(self.nodes), 1), dtype=np.int64)
-                self.allocatable = np.hstack([self.allocatable, pad])
-                self.used = np.hstack([self.used, pad])
+                self._add_column(resource)
         row = np.zeros(len(self.columns), dtype=np.int64)
         for resource, amount in requests.items():
             row[self.columns[resource]] = amount
         return row
+
+    def _add_column(self, resource: str) -> None:
+        self.columns[resource] = len(self.columns)
+        pad = np.zeros((len(self.nodes), 1), dtype=np.int64)
+        self.allocatable = np.hstack([self.allocatable, pad])
+        self.used = np.hstack([self.used, pad])
 
     def scale(self) -> IntArray:
         """Per resource column, the largest allocatable of any node (at least 1): pod sizes are

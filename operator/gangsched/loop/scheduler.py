@@ -1,9 +1,11 @@
 """The scheduling loop: cache -> engine -> binding pipeline, one asyncio task.
 
-Each cycle: build the queue once from the cache (`engine.queue.build_queue`), keep the
-groups that may be decided now (not binding, the backoff is over, the cache has caught up
-with our own writes for them: else a live read is started in the background), run the
-engine on a snapshot of the cache in a worker thread, record verdicts, and start the binding
+Each cycle: build the queue once from the cache (`engine.queue.build_queue`, from this
+scheduler's pods and the groups' members only), keep the groups that may be decided now (not
+binding, the backoff is over, the cache has caught up with our own writes for them: else a
+live read is started in the background), run the engine in a worker thread on the snapshot
+the loop keeps (`cluster.snapshots`: rows of the nodes changed since the last cycle
+rewritten, not rebuilt from every pod), record verdicts, and start the binding
 pipeline for each decided gang as a background task; then repair partial gangs and write
 statuses. Housekeeping runs on timers of its own (`Tasks.every`), never inside a cycle.
 Any cluster change wakes the loop. docs/architecture.md has the why. `liveness` tells
@@ -20,6 +22,7 @@ from collections.abc import Callable
 
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, Key, LiveReader
+from gangsched.cluster.snapshots import SnapshotKeeper
 from gangsched.engine import CycleResult, DeviceCaches, QueueHead, Reservation, schedule_cycle
 from gangsched.engine.queue import Queue, build_queue, order_key
 from gangsched.loop.claims import ClaimStep
@@ -120,6 +123,8 @@ class Scheduler:
         self.reservations: dict[Key, Reservation] = {}
         # The engine's device table and selector answers, kept across cycles (ours alone).
         self.device_caches = DeviceCaches()
+        # The engine's snapshot, brought up to date in what changed (cluster.snapshots).
+        self.snapshots = SnapshotKeeper(cache.node_infos, lambda: cache.nodes)
         self.heartbeat = clock()
         self.cycles = 0
         # perf_counter() when `run` started (the caches listed), until the first decision.
@@ -212,8 +217,9 @@ class Scheduler:
         # Automatic gangs (loop.gangs) first: the pods it joins to their gang are members in
         # what the engine is given; those whose gang is still being formed wait, never alone.
         self.gangs.review(self.queue.binding)
-        held = self.gangs.hold(self.cache.pods.values(), now)
-        pods = self.cache.pods_for_engine()
+        name = self.config.scheduler_name
+        held = self.gangs.hold(self.cache.scheduler_pods(name), now)
+        pods = self.cache.queue_pods(name)
         pod_groups = [g for k, g in self.cache.pod_groups.items() if self.config.in_scope(k[0])]
         queue, heads = self._ready_queue(pods, pod_groups, now, held)
         if queue.requests or queue.gated:
@@ -221,9 +227,12 @@ class Scheduler:
             # What the snapshot saw: events applied while the engine runs count as changes after it.
             seen_generation = self.cache.generation
             started = time.perf_counter()
+            snapshot = self.snapshots.snapshot()
             result = await asyncio.to_thread(
                 schedule_cycle,
-                nodes=list(self.cache.nodes.values()),
+                nodes=snapshot.nodes,
+                snapshot=snapshot,
+                bound=self.cache.bound_pods(),
                 pods=pods,
                 pod_groups=pod_groups,
                 scheduler_name=self.config.scheduler_name,

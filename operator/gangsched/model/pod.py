@@ -6,6 +6,7 @@ init containers, overhead); `Placement` is the eligibility signature identical p
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -424,6 +425,29 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         pod_group_api=group_api,
         controller=controller_ref(meta),
     )
+
+
+def with_status(pod: Pod, obj: Mapping[str, Any]) -> Pod:
+    """`pod` as `obj` shows it, when `obj` differs from the body `pod` was parsed from in its
+    status and resourceVersion alone (`cluster.kinds` checks that with a digest): only what
+    `parse_pod` reads of those is read again. A kubelet's status updates are most pod events,
+    and this is a quarter of a parse."""
+    meta = object_meta(obj)
+    status = obj.get("status") or {}
+    if not isinstance(status, Mapping):
+        raise ModelError("status must be an object")
+    new = dataclasses.replace(
+        pod,
+        phase=str(status.get("phase") or "Pending"),
+        resource_version=str(meta.get("resourceVersion") or ""),
+        unscheduled_reason=_unscheduled_reason(status),
+        claim_statuses=claim_status_names(status),
+        extended_claim=str((status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName") or "")
+        or None,
+        started=str(status.get("startTime") or ""),
+    )
+    new._shape = pod._shape  # requests and placement are the spec's: unchanged
+    return new
 
 
 def native_group_name(spec: Mapping[str, Any]) -> str | None:
