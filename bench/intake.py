@@ -474,12 +474,12 @@ class Probe:
             self.finish()
 
     async def pods_list(self, items: Sequence[Mapping[str, Any]], resource_version: str) -> None:
-        await self.intake.listed("pods", items, resource_version)
+        await self.intake.replace("pods", items, resource_version)
         self.pods_listed = True
         self._maybe_listed()
 
     async def nodes_list(self, items: Sequence[Mapping[str, Any]], resource_version: str) -> None:
-        await self.intake.listed("nodes", items, resource_version)
+        await self.intake.replace("nodes", items, resource_version)
         self.nodes_listed = True
         self._maybe_listed()
 

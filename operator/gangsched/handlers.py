@@ -21,6 +21,9 @@ from gangsched.loop import Faults, Scheduler
 from gangsched.model import ModelError
 from gangsched.model.pod import pod_group_of
 
+# Items of a LIST page applied between two turns of the event loop.
+_LIST_SLICE = 100
+
 Body = Mapping[str, Any]
 
 
@@ -57,21 +60,40 @@ class Intake:
         self.cache.apply(kind, event_type, body)
         self._wake(kind, body)
 
-    async def listed(self, kind: str, items: Sequence[Body], resource_version: str) -> None:
-        """A LIST of `kind` at `resource_version`: the kind is exactly `items` now."""
+    def list_start(self, kind: str) -> None:
+        """A LIST of `kind` begins (or starts over), read page by page."""
+        self.cache.list_start(kind)
+
+    async def list_page(self, kind: str, items: Sequence[Body]) -> None:
+        """One page of the LIST in progress, applied a slice at a time: the event loop (other
+        watches, probes, the metrics endpoint) never waits for a whole page of 500 pods."""
+        for start in range(0, len(items), _LIST_SLICE):
+            self.cache.list_page(kind, items[start : start + _LIST_SLICE])
+            await asyncio.sleep(0)
+
+    async def listed(self, kind: str, resource_version: str) -> None:
+        """The LIST of `kind` at `resource_version` is all in: the kind is exactly what its
+        pages held now."""
         if kind == POD.name:
             # Our members that finished left the LIST of unfinished pods: kept, read live.
-            listed = {key_of(item) for item in items}
-            gone = [k for k, p in self.cache.pods.items() if k not in listed and not p.terminal]
-            items = [*items, *await self.live.finished_of(gone)]
-        vanished = self.cache.replace(kind, items, resource_version)
+            held = self.cache.listing(kind)
+            gone = [k for k, p in self.cache.pods.items() if k not in held and not p.terminal]
+            self.cache.list_page(kind, await self.live.finished_of(gone))
+        listed = list(self.cache.listing(kind))
+        vanished = self.cache.list_end(kind, resource_version)
         of = KINDS[kind]
         if of in POD_GROUP_KINDS.values():
             # Each group listed (or gone) gets its status looked at, as after its own event.
-            for key in [*(key_of(item) for item in items), *vanished]:
+            for key in [*listed, *vanished]:
                 self.scheduler.wake(key)
         elif of is not BUDGET:
             self.scheduler.wake()
+
+    async def replace(self, kind: str, items: Sequence[Body], resource_version: str) -> None:
+        """A LIST of `kind` held whole (one page): `list_start`, `list_page`, `listed`."""
+        self.list_start(kind)
+        await self.list_page(kind, items)
+        await self.listed(kind, resource_version)
 
     def lost(self, kind: str) -> None:
         """`kind`'s watch ended: what the cache holds of it may be stale until its next LIST."""
@@ -122,8 +144,14 @@ class KindSink:
     async def apply(self, event_type: str, body: Body) -> None:
         await self.intake.event(self.kind, event_type, body)
 
-    async def replace(self, items: Sequence[Body], resource_version: str) -> None:
-        await self.intake.listed(self.kind, items, resource_version)
+    def list_start(self) -> None:
+        self.intake.list_start(self.kind)
+
+    async def list_page(self, items: Sequence[Body]) -> None:
+        await self.intake.list_page(self.kind, items)
+
+    async def listed(self, resource_version: str) -> None:
+        await self.intake.listed(self.kind, resource_version)
 
     def lost(self) -> None:
         self.intake.lost(self.kind)

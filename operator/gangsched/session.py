@@ -11,7 +11,8 @@
   through them).
 - `ApiError`: every non-2xx answer, wherever it came from (status, reason, headers, body and
   the Status message). Network failures stay aiohttp's and asyncio's own errors.
-- `list_all`: a LIST page by page (limit/continue), started over when the continue token
+- `list_pages`, `list_all`: a LIST page by page (limit/continue; the next page asked for while
+  the reader works on this one), started over when the continue token
   expired (410), with the LIST's resourceVersion.
 - `serves`: does the API serve these resources in that group/version (a 404 is a plain no)?
 
@@ -249,35 +250,75 @@ class Listing(NamedTuple):
     resource_version: str
 
 
+class Page(NamedTuple):
+    """One page of a LIST (`list_pages`)."""
+
+    items: list[Any]
+    resource_version: str  # the LIST's (every page of one LIST carries the same)
+    # The first page of a LIST started over (a continue token expired): the pages before it
+    # belong to an older snapshot, whose items the reader must no longer count as listed.
+    restarted: bool = False
+
+
+async def list_pages(
+    get: Get, path: str, query: Mapping[str, str] | None = None, *, page: int = LIST_PAGE
+) -> AsyncIterator[Page]:
+    """The collection at `path` page by page (one consistent LIST, `page` items per request).
+
+    The next page is asked for before this one is handed over: the apiserver serves it while
+    the reader works on this one, and the reader never holds more than two pages (a LIST of
+    100,000 pods held whole was a peak of hundreds of MiB).
+
+    A continue token expires with the resourceVersion it pins (etcd compaction, about 5 min):
+    the 410 then starts the LIST over, as a new snapshot, rather than mixing two; its first
+    page says `restarted`."""
+    token = ""
+    resource_version = ""
+    restarted = False
+    pending: asyncio.Task[Any] | None = None
+    try:
+        while True:
+            params = {**(query or {}), "limit": str(page)}
+            if token:
+                params["continue"] = token
+            try:
+                answer = await pending if pending is not None else await get(path, params)
+            except ApiError as exc:
+                if exc.status == 410 and token:
+                    token, resource_version, restarted, pending = "", "", True, None
+                    continue
+                raise
+            pending = None
+            meta = answer.get("metadata") or {}
+            resource_version = resource_version or str(meta.get("resourceVersion") or "")
+            token = str(meta.get("continue") or "")
+            if token:
+                ahead = {**(query or {}), "limit": str(page), "continue": token}
+                pending = asyncio.ensure_future(get(path, ahead))
+            yield Page(list(answer.get("items") or []), resource_version, restarted)
+            restarted = False
+            if not token:
+                return
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pending
+
+
 async def list_all(
     get: Get, path: str, query: Mapping[str, str] | None = None, *, page: int = LIST_PAGE
 ) -> Listing:
-    """Every item of the collection at `path` (one consistent LIST, `page` items per request)
-    and the LIST's resourceVersion.
-
-    A continue token expires with the resourceVersion it pins (etcd compaction, about 5 min):
-    the 410 then starts the LIST over, as a new snapshot, rather than mixing two."""
+    """Every item of the collection at `path` (one consistent LIST, `list_pages`) and the
+    LIST's resourceVersion."""
     items: list[Any] = []
-    token = ""
     resource_version = ""
-    while True:
-        params = {**(query or {}), "limit": str(page)}
-        if token:
-            params["continue"] = token
-        try:
-            answer = await get(path, params)
-        except ApiError as exc:
-            if exc.status == 410 and token:
-                items, token, resource_version = [], "", ""
-                continue
-            raise
-        meta = answer.get("metadata") or {}
-        # Every page of one LIST carries the same version; the first one's is kept.
-        resource_version = resource_version or str(meta.get("resourceVersion") or "")
-        items.extend(answer.get("items") or [])
-        token = str(meta.get("continue") or "")
-        if not token:
-            return Listing(items, resource_version)
+    async for one in list_pages(get, path, query, page=page):
+        if one.restarted:
+            items = []
+        items.extend(one.items)
+        resource_version = one.resource_version
+    return Listing(items, resource_version)
 
 
 def discovery_path(group_version: str) -> str:

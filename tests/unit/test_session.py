@@ -22,6 +22,7 @@ from gangsched.session import (
     Listing,
     SessionThread,
     list_all,
+    list_pages,
     serves,
 )
 from gangsched.transport import Transport
@@ -114,6 +115,51 @@ def test_an_expired_continue_token_starts_the_list_over_as_one_snapshot() -> Non
     # Nothing of the abandoned LIST is kept: every item is of the second snapshot.
     assert (items, resource_version) == ([{"n": i, "rv": "101"} for i in range(7)], "101")
     assert [q.get("continue", "") for q in pages.asked] == ["", "100:3", "100:6", "", "101:3", "101:6"]
+
+
+def test_list_pages_asks_for_the_next_page_while_the_reader_holds_this_one() -> None:
+    pages = Pages(7)
+    seen: list[tuple[list[int], int, bool]] = []
+
+    async def read() -> None:
+        async for page in list_pages(pages.get, "/api/v1/pods", page=3):
+            await asyncio.sleep(0)  # the reader works on the page, giving the loop a turn
+            # The request for the next page is out already (none after the last).
+            seen.append(([item["n"] for item in page.items], len(pages.asked), page.restarted))
+
+    asyncio.run(read())
+    assert seen == [([0, 1, 2], 2, False), ([3, 4, 5], 3, False), ([6], 3, False)]
+
+
+def test_list_pages_says_which_page_starts_a_list_over() -> None:
+    pages = Pages(7)
+    pages.expire.add("100:6")
+
+    async def read() -> list[tuple[list[int], str, bool]]:
+        return [
+            ([item["n"] for item in p.items], p.resource_version, p.restarted)
+            async for p in list_pages(pages.get, "/api/v1/pods", page=3)
+        ]
+
+    assert asyncio.run(read()) == [
+        ([0, 1, 2], "100", False),
+        ([3, 4, 5], "100", False),
+        ([0, 1, 2], "101", True),
+        ([3, 4, 5], "101", False),
+        ([6], "101", False),
+    ]
+
+
+def test_a_reader_that_stops_early_leaves_no_request_behind() -> None:
+    pages = Pages(7)
+
+    async def read() -> int:
+        async for _ in list_pages(pages.get, "/api/v1/pods", page=3):
+            break
+        await asyncio.sleep(0.01)
+        return len(asyncio.all_tasks())
+
+    assert asyncio.run(read()) == 1  # only the test's own
 
 
 def test_a_list_error_other_than_an_expired_token_is_the_callers() -> None:

@@ -213,8 +213,14 @@ def test_a_strict_informer_lists_before_every_watch_and_says_when_it_lost_its_wa
         def __init__(self, cache: ClusterCache) -> None:
             self.cache = cache
 
-        async def listed(self, kind: str, items: Any, rv: str) -> None:
-            self.cache.replace(kind, items, rv)
+        def list_start(self, kind: str) -> None:
+            self.cache.list_start(kind)
+
+        async def list_page(self, kind: str, items: Any) -> None:
+            self.cache.list_page(kind, items)
+
+        async def listed(self, kind: str, rv: str) -> None:
+            self.cache.list_end(kind, rv)
 
         def lost(self, kind: str) -> None:
             self.cache.lost(kind)
@@ -240,3 +246,22 @@ def test_a_strict_informer_lists_before_every_watch_and_says_when_it_lost_its_wa
     assert session.calls == ["LIST", "WATCH", "LIST", "WATCH", "LIST", "WATCH"]
     assert not cache.pod_groups_synced()  # the last watch ended: unsynced until the next LIST
     assert not cache.pod_groups  # the second LIST no longer held the group
+
+
+def test_a_list_read_page_by_page_is_a_replace() -> None:
+    """Pages applied as they come, then what no page held (and is no newer) is gone; a LIST
+    started over forgets what its abandoned pages held."""
+    cache = ClusterCache()
+    for name, rv in (("a", "3"), ("b", "4"), ("c", "5"), ("late", "40")):
+        cache.apply("pods", "ADDED", _pod(name, rv))
+    cache.list_start("pods")
+    cache.list_page("pods", [_pod("a", "10")])
+    cache.list_page("pods", [_pod("b", "10")])
+    cache.list_start("pods")  # the LIST started over: "a" and "b" must be listed again
+    cache.list_page("pods", [_pod("b", "12"), _pod("d", "11")])
+    assert set(cache.listing("pods")) == {("ml", "b"), ("ml", "d")}
+    vanished = cache.list_end("pods", "20")
+    assert sorted(vanished) == [("ml", "a"), ("ml", "c")]
+    # "late" is newer than the LIST: its event came after, it stays.
+    assert sorted(cache.pods) == [("ml", "b"), ("ml", "d"), ("ml", "late")]
+    assert cache.pods[("ml", "b")].resource_version == "12"

@@ -250,7 +250,7 @@ def read_pod_everywhere(body: Mapping[str, Any]) -> Recorder:
     async def run() -> None:
         for delay in (0.0, 0.001):
             intake, _ = _intake(delay=delay)
-            await intake.listed("pods", [wrap(body, (), recorder)], "1")
+            await intake.replace("pods", [wrap(body, (), recorder)], "1")
             for event_type in ("ADDED", "MODIFIED", "DELETED"):
                 await intake.pod(event_type, wrap(body, (), recorder))
             await asyncio.sleep(0.01)  # the late events' tasks
@@ -265,7 +265,7 @@ def read_node_everywhere(body: Mapping[str, Any]) -> Recorder:
 
     async def run() -> None:
         intake, _ = _intake()
-        await intake.listed("nodes", [wrap(body, (), recorder)], "1")
+        await intake.replace("nodes", [wrap(body, (), recorder)], "1")
         for event_type in ("ADDED", "MODIFIED", "DELETED"):
             await intake.event("nodes", event_type, wrap(body, (), recorder))
 
@@ -531,7 +531,13 @@ class _Sink:
     async def apply(self, event_type: str, body: Mapping[str, Any]) -> None:
         self.events.append((event_type, body))
 
-    async def replace(self, items: Any, resource_version: str) -> None:
+    def list_start(self) -> None:
+        pass
+
+    async def list_page(self, items: Any) -> None:
+        pass
+
+    async def listed(self, resource_version: str) -> None:
         pass
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any
 
 from gangsched.cluster.assumptions import Assumptions
@@ -115,14 +115,36 @@ class ClusterCache:
     def replace(self, kind: str, items: Sequence[Body], resource_version: str) -> list[Key]:
         """The kind is exactly `items` as of a LIST at `resource_version`; returns the keys of
         what vanished (held before, absent now)."""
+        self.list_start(kind)
+        self.list_page(kind, items)
+        return self.list_end(kind, resource_version)
+
+    def list_start(self, kind: str) -> None:
+        """A LIST of `kind` read page by page begins, or starts over (`store.Store.list_start`)."""
+        self.store.list_start(KINDS[kind])
+
+    def list_page(self, kind: str, items: Sequence[Body]) -> None:
+        """One page of the LIST in progress: its items as they are now."""
         of = KINDS[kind]
-        changes = self.store.replace(of, items, resource_version)
+        changes = self.store.list_page(of, items)
+        if of is RESOURCE_CLAIM:
+            for item in items:
+                self._claim_watched(key_of(item), item)
+        self._changed(of, changes)
+
+    def listing(self, kind: str) -> Set[Key]:
+        """The keys the LIST of `kind` in progress held so far."""
+        return self.store.listing(KINDS[kind])
+
+    def list_end(self, kind: str, resource_version: str) -> list[Key]:
+        """The LIST at `resource_version` is all in: what no page held (and is no newer) is
+        gone. Returns the keys of what vanished."""
+        of = KINDS[kind]
+        changes = self.store.list_end(of, resource_version)
         vanished = [c.key for c in changes if c.new is None and c.key not in self.store.keys(of)]
         if of is RESOURCE_CLAIM:
             for key in vanished:
                 self._claim_watched(key, None)
-            for item in items:
-                self._claim_watched(key_of(item), item)
         self._changed(of, changes)
         return vanished
 

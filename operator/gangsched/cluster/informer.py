@@ -4,9 +4,10 @@ Why not kopf for these kinds: after a `410 Gone` kopf lists again and reports on
 exists, never a DELETED for what vanished meanwhile, so the cache would keep ghosts (pods
 holding capacity, nodes taking bindings) for good. An informer here
 
-- lists consistently (`session.list_all`: paginated, one resourceVersion) and hands the whole
-  list to its sink, which removes what the list no longer holds with the same effects as a
-  DELETED event;
+- lists consistently (`session.list_pages`: paginated, one resourceVersion) and hands the
+  list to its sink page by page as it comes (the next page is served while the sink applies
+  this one; a LIST is never held whole), then says it is all in: the sink removes what no
+  page held with the same effects as a DELETED event;
 - watches from the list's resourceVersion with bookmarks, and resumes from the last version
   it saw after a disconnect or a server-side timeout (about a minute, so that a quiet watch
   ends on the server's terms before the read timeout calls it dead);
@@ -36,7 +37,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from gangsched.cluster.wire import Codec, codec_for
-from gangsched.session import ApiError, ApiSession, list_all
+from gangsched.session import ApiError, ApiSession, list_pages
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,15 @@ class Sink(Protocol):
 
     async def apply(self, event_type: str, body: Mapping[str, Any]) -> None: ...
 
-    async def replace(self, items: Sequence[Mapping[str, Any]], resource_version: str) -> None:
-        """The kind is exactly `items` as of `resource_version`: what else is held vanished."""
+    def list_start(self) -> None:
+        """A LIST begins, or starts over (its earlier pages no longer count)."""
+
+    async def list_page(self, items: Sequence[Mapping[str, Any]]) -> None:
+        """One page of the LIST in progress."""
+
+    async def listed(self, resource_version: str) -> None:
+        """The LIST at `resource_version` is all in: the kind is exactly what its pages held,
+        what else is held vanished."""
 
     def lost(self) -> None:
         """The watch ended: until the next `replace`, what is held may be stale."""
@@ -195,8 +203,14 @@ class Informer:
         def get(path: str, query: Mapping[str, str]) -> Awaitable[Any]:
             return self.session.get(path, query=query, decode=decode)
 
-        items, resource_version = await list_all(get, self.resource.path, self.resource.query)
-        await self.sink.replace(items, resource_version)
+        resource_version = ""
+        self.sink.list_start()
+        async for page in list_pages(get, self.resource.path, self.resource.query):
+            if page.restarted:
+                self.sink.list_start()
+            await self.sink.list_page(page.items)
+            resource_version = page.resource_version
+        await self.sink.listed(resource_version)
         self.resource_version = resource_version
         self.health.listed(self.resource.kind)
 

@@ -9,7 +9,8 @@ was held at and why a body could not be parsed; it is changed in three ways only
 - `remove(kind, key)`: the object is gone (a live read said 404, a LIST no longer holds it);
 - `replace(kind, items, rv)`: the kind is exactly `items` as of a LIST at `rv`: what else is
   held at a version no newer than `rv` vanished (an object created after the LIST is newer,
-  and its ADDED event is on its way).
+  and its ADDED event is on its way). A LIST read page by page is the same in three steps
+  (`list_start`, `list_page` per page, `list_end`), so no LIST is ever held whole.
 
 An object older than the one held (a late LIST, a stale event) is ignored, so nothing rolls
 the store back. Each change is returned as a `Change` so the cache can keep its indexes (a
@@ -22,7 +23,7 @@ decision involving a PodGroup while a PodGroup kind is unsynced (docs/architectu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -110,6 +111,8 @@ class Store:
         # Highest resourceVersion seen per kind (our writes are compared with it, KEP-5647).
         self.observed_rv: dict[str, int] = {}
         self._unsynced: set[str] = set()
+        # Per kind, the keys the pages of a LIST in progress held (`list_page`).
+        self._listing: dict[str, set[Key]] = {}
 
     def _table(self, kind: Kind[T]) -> _Table[T]:
         table = self._tables.get(kind.name)
@@ -178,9 +181,35 @@ class Store:
 
     def replace(self, kind: Kind[T], items: Sequence[Body], resource_version: str) -> list[Change[T]]:
         """The kind is exactly `items` as of `resource_version` (a LIST); returns every change."""
-        changes = [c for c in (self.apply(kind, "LISTED", item) for item in items) if c is not None]
-        listed = {key_of(item, namespaced=kind.namespaced) for item in items}
+        self.list_start(kind)
+        return [*self.list_page(kind, items), *self.list_end(kind, resource_version)]
+
+    # A LIST taken page by page: `list_start`, `list_page` for each page (its items applied
+    # as they come), `list_end` once the last is in (what no page held, and is no newer than
+    # the LIST, is gone). `replace` is the three at once.
+
+    def list_start(self, kind: Kind[Any]) -> None:
+        """A LIST of `kind` begins (or starts over: what earlier pages held no longer counts)."""
+        self._listing[kind.name] = set()
+
+    def list_page(self, kind: Kind[T], items: Sequence[Body]) -> list[Change[T]]:
+        listed = self._listing.setdefault(kind.name, set())
+        changes = []
+        for item in items:
+            listed.add(key_of(item, namespaced=kind.namespaced))
+            change = self.apply(kind, "LISTED", item)
+            if change is not None:
+                changes.append(change)
+        return changes
+
+    def listing(self, kind: Kind[Any]) -> Set[Key]:
+        """The keys the pages of the LIST in progress held so far."""
+        return self._listing.get(kind.name, set())
+
+    def list_end(self, kind: Kind[T], resource_version: str) -> list[Change[T]]:
+        listed = self._listing.pop(kind.name, set())
         table = self._table(kind)
+        changes = []
         for key in [
             k for k, v in table.versions.items() if k not in listed and _not_newer(v, resource_version)
         ]:

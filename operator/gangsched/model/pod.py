@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+from sys import intern
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -388,7 +389,7 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
     status = obj.get("status") or {}
     if not isinstance(spec, Mapping):
         raise ModelError("spec must be an object")
-    labels = str_map(meta.get("labels"), "metadata.labels")
+    labels = str_map(meta.get("labels"), "metadata.labels", interned=True)
     priority = spec.get("priority")
     if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
         raise ModelError(f"spec.priority: must be an integer, not {priority!r}")
@@ -397,19 +398,20 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
     per_container: list[dict[str, int]] = []
     claims, claim_statuses = parse_pod_claims(spec, status)
     group, group_api = pod_group_of(spec, labels)
+    # What repeats across pods is interned: a cluster holds 100,000 pods (docs/architecture.md).
     return Pod(
-        namespace=str(meta.get("namespace") or NAMESPACE_DEFAULT),
+        namespace=intern(str(meta.get("namespace") or NAMESPACE_DEFAULT)),
         name=str(meta["name"]),
         uid=str(meta.get("uid") or ""),
-        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
-        node_name=str(spec.get("nodeName") or ""),
-        phase=str(status.get("phase") or "Pending"),
+        scheduler_name=intern(str(spec.get("schedulerName") or "default-scheduler")),
+        node_name=intern(str(spec.get("nodeName") or "")),
+        phase=intern(str(status.get("phase") or "Pending")),
         pod_group=group,
         requests=pod_requests(spec, per_container),
         placement=_placement(spec),
         priority=int(priority or 0),
         resource_version=str(meta.get("resourceVersion") or ""),
-        created=str(meta.get("creationTimestamp") or ""),
+        created=intern(str(meta.get("creationTimestamp") or "")),
         deleting=meta.get("deletionTimestamp") is not None,
         scheduling_gated=bool(spec.get("schedulingGates")),
         bound_for=str((meta.get("annotations") or {}).get(BOUND_FOR_ANNOTATION) or ""),
@@ -420,7 +422,7 @@ def parse_pod(obj: Mapping[str, Any], *, priorities: PriorityClasses | None = No
         extended_claim=str((status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName") or "")
         or None,
         preemption_policy=_preemption_policy(spec),
-        started=str(status.get("startTime") or ""),
+        started=intern(str(status.get("startTime") or "")),
         labels=labels,
         pod_group_api=group_api,
         controller=controller_ref(meta),
@@ -438,13 +440,13 @@ def with_status(pod: Pod, obj: Mapping[str, Any]) -> Pod:
         raise ModelError("status must be an object")
     new = dataclasses.replace(
         pod,
-        phase=str(status.get("phase") or "Pending"),
+        phase=intern(str(status.get("phase") or "Pending")),
         resource_version=str(meta.get("resourceVersion") or ""),
         unscheduled_reason=_unscheduled_reason(status),
         claim_statuses=claim_status_names(status),
         extended_claim=str((status.get("extendedResourceClaimStatus") or {}).get("resourceClaimName") or "")
         or None,
-        started=str(status.get("startTime") or ""),
+        started=intern(str(status.get("startTime") or "")),
     )
     new._shape = pod._shape  # requests and placement are the spec's: unchanged
     return new
