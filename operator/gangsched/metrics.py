@@ -3,9 +3,10 @@
 What an operator of kube-scheduler looks for, under `gangsched_*` names: how long a gang
 waits from its last pod created to its last pod bound (like
 `scheduler_pod_scheduling_sli_duration_seconds`), how long the engine takes per cycle,
-pending gangs by reason, bind outcomes, rollbacks, and how far the cache lags behind our own
-writes. Each operator has its own registry (tests run several in one process); gauges that
-mirror the cache are read at scrape time from callbacks, never kept in sync by hand.
+pending gangs by reason, bind outcomes, rollbacks, how far the cache lags behind our own
+writes, and (leader election on) how late the Lease was renewed. Each operator has its own
+registry (tests run several in one process); gauges that mirror the cache are read at scrape
+time from callbacks, never kept in sync by hand.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from gangsched.model import Reason
 # Seconds: a gang of a few pods binds in tens of ms, a big one behind a busy queue in minutes.
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 _ENGINE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+# Seconds: a renewal on time is late by its request's few ms; past the renew deadline (6 s by
+# default) the fence refused writes meanwhile.
+_LEASE_LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 6, 8, 15)
 
 
 class _Callbacks(Collector):
@@ -102,6 +106,23 @@ class Metrics:
     def gauge(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         """A gauge whose value is `read()` at scrape time."""
         self._callbacks.gauges[name] = (help_text, read)
+
+    def lease_renewal_lag(self, lag_max: Callable[[], float]) -> Histogram:
+        """The Lease keeper's metrics (only where leader election is on): the histogram each
+        renewal's lag is observed into (from the elector's thread: `observe` is thread-safe),
+        and the gauge of the largest lag since start, read from `lag_max()` at scrape time."""
+        self.gauge(
+            "gangsched_lease_renewal_lag_max_seconds",
+            "The largest Lease renewal lag since start (see gangsched_lease_renewal_lag_seconds).",
+            lag_max,
+        )
+        return Histogram(
+            "gangsched_lease_renewal_lag_seconds",
+            "How much later than planned each Lease renewal completed: its completion minus the "
+            "previous renewal's completion plus the retry period, floored at 0.",
+            buckets=_LEASE_LAG_BUCKETS,
+            registry=self.registry,
+        )
 
     def cycle_done(self, reasons: Iterable[Reason]) -> None:
         """Record the unplaced groups of one cycle by reason (every reason seen stays exported)."""

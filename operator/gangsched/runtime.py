@@ -145,6 +145,9 @@ def assemble(options: RunOptions) -> Operator:
     )
     metrics = Metrics()
     cache.on_confirmed = metrics.cache_lag.observe
+    if elector is not None:
+        stats = elector.renewals
+        elector.on_renewal_lag = metrics.lease_renewal_lag(lambda: stats.lag_max).observe
     scheduler = Scheduler(cache=cache, binder=binder, live=live, config=options.scheduler, metrics=metrics)
     intake = Intake(cache=cache, scheduler=scheduler, live=live, faults=options.scheduler.faults)
     # A PodGroup deleted, or another object under its name now: the loop starts afresh.
@@ -348,7 +351,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
                     op.scheduler.metrics,
                     port=op.options.metrics_port,
                     host=op.options.bind_address,
-                    debug=lambda: {"cache": op.cache.summary(), "watches": op.health.snapshot()},
+                    debug=lambda: _debug(op),
                 )
             )
 
@@ -378,6 +381,14 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
     return registry
 
 
+def _debug(op: Operator) -> dict[str, Any]:
+    """GET /debug/cache: the cache, the watches and (leader election on) the Lease keeper."""
+    found: dict[str, Any] = {"cache": op.cache.summary(), "watches": op.health.snapshot()}
+    if op.elector is not None:
+        found["lease"] = op.elector.debug()
+    return found
+
+
 def _problems(op: Operator) -> list[str]:
     """Why this replica cannot do its job (and should be restarted), if it cannot."""
     problems = []
@@ -399,6 +410,9 @@ def _configure(settings: kopf.OperatorSettings) -> None:
 
 async def _main(op: Operator) -> None:
     if op.elector is not None:
+        # The elector renews on a thread of its own from the moment it leads (leader.py): this
+        # loop may be busy for seconds. The task only stands for the keeper: cancelling it (a
+        # shutdown) stops the renewals, and a loss calls _fence here, thread-safely.
         await op.elector.acquire()
         keeper = op.elector.keep(lambda: _fence(op))
         op.tasks.append(asyncio.get_running_loop().create_task(keeper, name="gangsched lease"))

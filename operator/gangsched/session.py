@@ -355,7 +355,8 @@ class SessionThread:
     For leader election, whose renewals must never wait behind the operator's writes or a
     busy event loop, and for the look-only commands, which are synchronous. `run` and
     `run_async` take a function of the session (it is created on first use, on the thread's
-    loop, as aiohttp requires) and run what it returns there."""
+    loop, as aiohttp requires) and run what it returns there. `spawn` runs any coroutine there
+    (the Lease keeper's whole renew loop); from such a coroutine `run_async` runs in place."""
 
     def __init__(self, configuration: client.Configuration, *, user_agent: str, name: str) -> None:
         self.configuration = configuration
@@ -365,13 +366,28 @@ class SessionThread:
         self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
+    def _here(self) -> ApiSession:
+        """The session, created on first use; on the thread's loop only."""
+        if self._session is None:
+            self._session = ApiSession(self.configuration, user_agent=self.user_agent)
+        return self._session
+
     def _submit(self, use: Callable[[ApiSession], Awaitable[T]]) -> concurrent.futures.Future[T]:
         async def on_loop() -> T:
-            if self._session is None:
-                self._session = ApiSession(self.configuration, user_agent=self.user_agent)
-            return await use(self._session)
+            return await use(self._here())
 
-        return asyncio.run_coroutine_threadsafe(on_loop(), self._loop)
+        return self.spawn(on_loop())
+
+    def spawn(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run `work` as a task on the thread's loop; cancelling the returned future cancels it."""
+        return asyncio.run_coroutine_threadsafe(work, self._loop)
+
+    def on_thread(self) -> bool:
+        """Is the caller running on the thread's loop?"""
+        try:
+            return asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            return False
 
     def run(self, use: Callable[[ApiSession], Awaitable[T]]) -> T:
         """Run `use(session)` on the thread's loop; block this thread until it is done."""
@@ -379,21 +395,31 @@ class SessionThread:
 
     async def run_async(self, use: Callable[[ApiSession], Awaitable[T]]) -> T:
         """Run `use(session)` on the thread's loop; await it from another event loop
-        (cancelling the await cancels the request)."""
+        (cancelling the await cancels the request), or from the thread's own (then in place)."""
+        if self.on_thread():
+            return await use(self._here())
         return await asyncio.wrap_future(self._submit(use))
 
     def close(self) -> None:
-        """Close the session, stop the loop and the thread (call it from another thread)."""
+        """Cancel what still runs on the loop, close the session, stop the loop and the thread
+        (call it from another thread)."""
         if self._loop.is_closed():
             return
         if self._thread.is_alive():
-            session, self._session = self._session, None
-            if session is not None:
-                closing: Coroutine[Any, Any, None] = session.close()
-                # Best effort: whoever closes is going away anyway.
-                with contextlib.suppress(TimeoutError, RuntimeError):
-                    asyncio.run_coroutine_threadsafe(closing, self._loop).result(timeout=5.0)
+            # Best effort: whoever closes is going away anyway.
+            with contextlib.suppress(TimeoutError, RuntimeError):
+                asyncio.run_coroutine_threadsafe(self._wind_down(), self._loop).result(timeout=5.0)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5.0)
         if not self._thread.is_alive():
             self._loop.close()
+
+    async def _wind_down(self) -> None:
+        # A task still pending when the loop closes is reported as destroyed: cancel them first.
+        others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()

@@ -313,6 +313,14 @@ def test_operator_schedules_with_only_its_service_account(
         assert 'gangsched_binds_total{outcome="Bound"} 4' in metrics, metrics
         assert 'gangsched_decisions_total{reason="Scheduled"}' in metrics
         assert "gangsched_leader 1" in metrics
+        if "--leader-elect" in args:
+            # How late the Lease was renewed (issue 27): a benchmark reads the maximum.
+            assert re.search(r"^gangsched_lease_renewal_lag_max_seconds \d", metrics, re.MULTILINE), metrics
+            assert "gangsched_lease_renewal_lag_seconds_count" in metrics
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/debug/cache", timeout=5) as resp:
+                lease_debug = json.loads(resp.read())["lease"]
+            assert lease_debug["identity"] == pod_name
+            assert lease_debug["leading"] is True
         # A member goes away for good: the gang is below minCount, and after its
         # scheduleTimeoutSeconds the operator deletes the others (pods delete).
         request_json(
