@@ -6,9 +6,8 @@ Readers raise ModelError with a message that names the field, because users see 
 
 from __future__ import annotations
 
-import sys
-
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from sys import intern
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
 from gangsched.model.common import (
