@@ -13,7 +13,7 @@ export GANGSCHED_RAY_OPERATOR_BIN ?= $(HOME)/.cache/gangsched/ray-operator-$(RAY
 # pytest finds it through pyproject.toml; bench/ and hack/demo.py put it on sys.path.
 TESTING_PATH := PYTHONPATH=testing$${PYTHONPATH:+:$$PYTHONPATH}
 
-.PHONY: setup control-plane dra-oracle bare-binder kueue ray-operator test test-kueue lint typecheck unit integration chaos dev-cluster demo demo-run bench bench-e2e clean
+.PHONY: setup control-plane dra-oracle bare-binder kwok kueue ray-operator test test-kueue lint typecheck unit integration chaos dev-cluster demo demo-run bench bench-e2e clean
 
 setup: ## create .venv with gangsched and its test tools, and build the control plane
 	python3 -m venv $(VENV)
@@ -21,10 +21,11 @@ setup: ## create .venv with gangsched and its test tools, and build the control 
 	$(VENV)/bin/pip install -q -e '.[test]'
 	$(MAKE) control-plane
 
-control-plane: ## build kube-apiserver, kube-scheduler, kube-controller-manager, etcd, dra-oracle and bare-binder once into $(GANGSCHED_K8S_BIN), and KubeRay's ray-operator
+control-plane: ## build kube-apiserver, kube-scheduler, kube-controller-manager, etcd, dra-oracle, bare-binder and kwok once into $(GANGSCHED_K8S_BIN), and KubeRay's ray-operator
 	bash hack/build-control-plane.sh
 	bash hack/dra-oracle/build.sh
 	bash hack/bare-binder/build.sh
+	bash hack/build-kwok.sh
 	bash hack/build-ray-operator.sh
 
 dra-oracle: ## the Go DRA allocator/CEL oracle for differential tests (hack/dra-oracle/README.md)
@@ -32,6 +33,10 @@ dra-oracle: ## the Go DRA allocator/CEL oracle for differential tests (hack/dra-
 
 bare-binder: ## bench-e2e's `bare` contestant: binds pods round-robin, no scheduling (hack/bare-binder/README.md)
 	bash hack/bare-binder/build.sh
+
+# About 95 s on 2 cores the first time (module download and build), a no-op once built.
+kwok: ## KWOK's kwok v0.8.0 (sigs.k8s.io/kwok) into $(GANGSCHED_K8S_BIN): bench-e2e's `--kubelet kwok` and its test
+	bash hack/build-kwok.sh
 
 kueue: ## Kueue $(KUEUE_VERSION) from its Go module, once, into $(GANGSCHED_KUEUE_HOME) (about 4 minutes; for `make test-kueue`)
 	bash hack/build-kueue.sh
@@ -117,7 +122,7 @@ bench:
 	$(PY) bench/engine_bench.py
 
 # BENCH_E2E_ARGS="--nodes 100" (or 5000, --repeat 3, --profile DIR, --workload dra or preemption,
-# --contestants gangsched,native,bare, --help); results in build/bench-e2e
+# --contestants gangsched,native,bare, --kubelet kwok, --help); results in build/bench-e2e
 bench-e2e: control-plane ## gangsched vs kube-scheduler v1.36.3 on one control plane, 1,000 GPU nodes (docs/benchmarks.md)
 	@$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.e2e $(BENCH_E2E_ARGS)

@@ -13,6 +13,10 @@ makespan, occupancy against strict FIFO's ideal, inversions and gaps between rou
 (contestant `podgroups`) and as Indexed batch/v1 Jobs that the Job controller turns into
 pods (contestant `jobs`: automatic gangs, issue 24).
 
+`--kubelet` says what plays the nodes' kubelets: none (bound pods stay Pending; the default),
+the node agent (`--agent`; fifo-rounds' default) or KWOK (`kwok`, bench/e2e/kwok.py), named in
+every table's header and in the results' `kubelet` entry with what KWOK cost.
+
 Writes <out>/results-<stem>.json, <out>/table-<stem>.md and <out>/bound-<stem>.png, and
 prints the table; <stem> is N<nodes>, or dra-N<nodes> / preemption-N<nodes> / jobs-N<nodes>
 with `--workload dra` / `--workload preemption` / `--workload jobs`. See
@@ -32,7 +36,7 @@ from typing import Any, Final
 
 from gangsched_testing import devcluster
 
-from . import fifo, metrics, report
+from . import fifo, kwok, metrics, report
 from .harness import Bench, Options, bare_binder_binary
 from .workload import Feed, Flavour, Topology, Workload, generate, generate_preemption, node_domains
 
@@ -110,6 +114,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=900.0, help="end a run after this long regardless")
     p.add_argument("--gap", type=float, default=2.0, help="partial gang: below quorum this long, no binding")
     p.add_argument("--agent", action="store_true", help="run the node agent (bound pods become Running)")
+    p.add_argument(
+        "--kubelet",
+        choices=kwok.KUBELETS,
+        default=None,
+        help="what plays the nodes' kubelets: none (bound pods stay Pending), agent (the node agent, as "
+        "--agent) or kwok (KWOK v0.8.0, `make kwok`: it makes the nodes Ready and runs their pods by its "
+        "stages; bench/e2e/kwok.py). Default: agent with --agent or --workload fifo-rounds, else none",
+    )
     p.add_argument("--no-oracle", action="store_true", help="skip the stranded-gang check")
     p.add_argument(
         "--profile",
@@ -136,7 +148,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.rack_size = 8 if fifo_rounds else 10
     if args.seed is None:
         args.seed = fifo.FIFO_SEED if fifo_rounds else 1
+    _resolve_kubelet(p, args)
     return args
+
+
+def _resolve_kubelet(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """`--kubelet` from `--agent` and the workload when not given; one kubelet at a time, and
+    fifo-rounds needs one that finishes pods."""
+    if args.kubelet is None:
+        args.kubelet = "agent" if args.agent or args.workload == "fifo-rounds" else "none"
+    elif args.agent and args.kubelet != "agent":
+        p.error(f"--agent runs the node agent: not with --kubelet {args.kubelet}")
+    if args.workload == "fifo-rounds" and args.kubelet == "none":
+        p.error("--workload fifo-rounds needs a kubelet to finish its pods: --kubelet agent or kwok")
+    if args.kubelet == "kwok" and not (args.retable or args.replot) and kwok.kwok_binary() is None:
+        p.error("no kwok binary: run `make kwok` (needs Go >= 1.26), or set GANGSCHED_K8S_BIN")
 
 
 JOBS_CONTESTANTS: Final[tuple[Feed, ...]] = ("podgroups", "jobs", "labelled-jobs")
@@ -194,7 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 name: [metrics.figures_from_json(f) for f in runs] for name, runs in results["runs"].items()
             }
         text = (
-            f"{report.workload_line(workload)}\n\nMachine: {results['machine']}\n\n{report.table(figures)}\n"
+            f"{report.workload_line(workload)}\n\nMachine: {results['machine']}\n\n"
+            f"{kwok.kubelet_line(args.kubelet)}\n\n{report.table(figures)}\n"
         )
         (args.out / f"table-{stem}.md").write_text(text)
         print(text)
@@ -240,13 +267,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
     # Every run's raw recording, for --replot and for anyone re-analysing.
     saved.write_text(json.dumps([metrics.recording_to_json(r) for r in every]))
-    text = f"{report.workload_line(workload)}\n\nMachine: {report.machine()}\n\n{report.table(figures)}\n"
+    text = (
+        f"{report.workload_line(workload)}\n\nMachine: {report.machine()}\n\n"
+        f"{kwok.kubelet_line(args.kubelet)}\n\n{report.table(figures)}\n"
+    )
     (args.out / f"table-{stem}.md").write_text(text)
     result: dict[str, Any] = {
         "workload": workload.summary(),
         "topology": workload.topology.describe(),
         "seed": args.seed,
         "machine": report.machine(),
+        "kubelet": {"name": args.kubelet, **bench.kubelet_usage(every)},
         "options": {k: str(v) for k, v in vars(args).items()},
         "runs": {name: [f.as_dict() for f in runs] for name, runs in figures.items()},
     }
@@ -274,7 +305,8 @@ def _options(args: argparse.Namespace) -> Options:
         gap=args.gap,
         profile_dir=args.profile,
         profile_seconds=args.profile_seconds,
-        agent=args.agent or args.workload == "fifo-rounds",
+        agent=args.kubelet == "agent",
+        kwok=args.kubelet == "kwok",
         oracle=not args.no_oracle,
         interval=args.interval,
         run_seconds=args.run_seconds if args.workload == "fifo-rounds" else None,
@@ -350,6 +382,7 @@ def jobs_main(args: argparse.Namespace) -> int:
             "topology": workload.topology.describe(),
             "seed": args.seed,
             "machine": machine,
+            "kubelet": {"name": args.kubelet, **bench.kubelet_usage(every)},
             "options": {k: str(v) for k, v in vars(args).items()},
             "runs": {name: [f.as_dict() for f in runs] for name, runs in figures.items()},
         }
@@ -358,7 +391,10 @@ def jobs_main(args: argparse.Namespace) -> int:
         report.plot(list(first.values()), workload, args.out / f"bound-{stem}.png")
     if args.replot:
         return 0
-    text = f"{report.workload_line(workload)}\n\nMachine: {machine}\n\n{report.jobs_table(figures)}\n"
+    text = (
+        f"{report.workload_line(workload)}\n\nMachine: {machine}\n\n"
+        f"{kwok.kubelet_line(args.kubelet)}\n\n{report.jobs_table(figures)}\n"
+    )
     (args.out / f"table-{stem}.md").write_text(text)
     print(text)
     return 0
@@ -419,6 +455,7 @@ def preemption_main(
             "topology": workload.topology.describe(),
             "seed": args.seed,
             "machine": machine,
+            "kubelet": {"name": args.kubelet, **bench.kubelet_usage(every)},
             "options": {k: str(v) for k, v in vars(args).items()},
             "runs": {name: [f.as_dict() for f in runs] for name, runs in figures.items()},
         }
@@ -426,7 +463,10 @@ def preemption_main(
         if not args.no_plot:
             first = {r.contestant: r for r in reversed(every)}
             report.plot(list(first.values()), workload, args.out / f"bound-{stem}.png")
-    text = f"{report.workload_line(workload)}\n\nMachine: {machine}\n\n{report.preemption_table(figures)}\n"
+    text = (
+        f"{report.workload_line(workload)}\n\nMachine: {machine}\n\n"
+        f"{kwok.kubelet_line(args.kubelet)}\n\n{report.preemption_table(figures)}\n"
+    )
     (args.out / f"table-{stem}.md").write_text(text)
     print(text)
     return 0
@@ -504,6 +544,7 @@ def fifo_main(args: argparse.Namespace) -> int:
             "topology": workload.topology.describe(),
             "seed": args.seed,
             "machine": machine,
+            "kubelet": {"name": args.kubelet, **bench.kubelet_usage(every)},
             "options": {k: str(v) for k, v in vars(args).items()},
             "runs": {name: [f.as_dict() for f in runs] for name, runs in figures.items()},
         }
@@ -514,7 +555,9 @@ def fifo_main(args: argparse.Namespace) -> int:
         _log(f"plot: {png}")
     if args.replot:
         return 0
-    text = f"{line}\n\nMachine: {machine}\n\n{report.fifo_table(figures)}\n"
+    text = (
+        f"{line}\n\nMachine: {machine}\n\n{kwok.kubelet_line(args.kubelet)}\n\n{report.fifo_table(figures)}\n"
+    )
     (args.out / f"table-{stem}.md").write_text(text)
     print(text)
     return 0

@@ -49,6 +49,13 @@ every `interval` seconds, and step 4 waits for the high gangs' pods only (the ob
 them apart by their name prefix). The oracle does not run (evicted low gangs are not
 recreated); instead the victims' `Preempted` Events are listed to attribute each victim to
 its preemptor (`Recording.preemptors`).
+
+The kubelet (`Options.agent`, `Options.kwok`; `--kubelet` of the command line): none (bound
+pods stay Pending), the node agent (`fakenodes.NodeAgent`, a thread of this process), or KWOK
+(bench/e2e/kwok.py), a process of its own started once the nodes exist, managing them (they are
+created with its annotation and no Ready condition, and the bench waits until it has made
+every one Ready) and their pods by its stages. Its CPU is sampled as the contestants' is, for
+the results (`Bench.kubelet_usage`).
 """
 
 from __future__ import annotations
@@ -84,7 +91,7 @@ from gangsched.model import POD_GROUP_LABEL
 from gangsched_testing import devcluster, dra, fakedra, fakenodes
 from gangsched_testing.rawapi import request_json
 
-from . import oracle
+from . import kwok, oracle
 from .metrics import CpuSample, PodEvent, Recording, recording_to_json
 from .workload import (
     GANGSCHED_API,
@@ -131,6 +138,7 @@ class Options:
     profile_dir: Path | None = None  # py-spy (gangsched) / go tool pprof (kube-scheduler) output
     profile_seconds: float = 20.0  # length of the kube-scheduler CPU profile
     agent: bool = False  # run fakenodes.NodeAgent (moves bound pods to Running)
+    kwok: bool = False  # run KWOK instead (bench/e2e/kwok.py): it manages the nodes and their pods
     oracle: bool = True
     interval: float = 2.0  # preemption workload: seconds between two high gangs' creation
     # fifo-rounds workload: the node agent finishes each pod this long after starting it
@@ -805,6 +813,9 @@ class Bench:
     api: client.ApiClient = field(init=False)
     endpoint: Endpoint = field(init=False)
     _agent: fakenodes.NodeAgent | None = field(init=False, default=None)
+    _kwok: kwok.Kwok | None = field(init=False, default=None)
+    _kwok_sampler: Sampler | None = field(init=False, default=None)
+    _kwok_usage: dict[str, float] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -837,7 +848,8 @@ class Bench:
 
     @property
     def _node_set(self) -> fakenodes.NodeSet:
-        return node_set(self.workload.topology, pool=self.options.pool, dra=self.workload.dra)
+        spec = node_set(self.workload.topology, pool=self.options.pool, dra=self.workload.dra)
+        return kwok.kwok_nodes(spec) if self.options.kwok else spec
 
     def _node_names(self) -> list[str]:
         return [m["metadata"]["name"] for m in fakenodes.node_manifests(spec=self._node_set)]
@@ -862,6 +874,8 @@ class Bench:
             fakedra.ensure_device_classes(self.api, node_devices())
             self._per_node_chunk(lambda chunk: fakedra.publish(self.api, node_devices(), chunk), names)
             log(f"published {len(names)} nodes' ResourceSlices in {time.monotonic() - started:.1f}s")
+        if self.options.kwok:
+            self._start_kwok(names)
         if self.options.agent:
             self._agent = fakenodes.NodeAgent(
                 api_client=self.cp.api_client(), run_seconds=self.options.run_seconds
@@ -875,6 +889,8 @@ class Bench:
         if self._agent is not None:
             self._agent.stop()
         names = self._node_names()
+        if self._kwok is not None:
+            self._stop_kwok(names)
         if self.preemption:
             for body in priority_class_manifests(self.options.pool):
                 with contextlib.suppress(ApiException):
@@ -883,6 +899,52 @@ class Bench:
             self._per_node_chunk(lambda chunk: fakedra.unpublish(self.api, chunk), names)
         fakenodes.delete_nodes(api=self.api, names=names)
         self.api.close()  # type: ignore[no-untyped-call]
+
+    def _start_kwok(self, names: Sequence[str]) -> None:
+        """KWOK, started once the nodes have their status (its node-initialize would otherwise
+        race create_nodes' status patch), then waited for until it made every node Ready."""
+        if self.options.agent:
+            raise ValueError("the node agent and KWOK would both run the pods: one kubelet at a time")
+        self._kwok = kwok.Kwok(self.cp, out=self.out, run_seconds=self.options.run_seconds)
+        self._kwok_sampler = Sampler({"kwok": self._kwok.pid}).__enter__()
+        try:
+            took = self._kwok.wait_ready(self.api, names)
+        except BaseException:
+            self._stop_kwok(names)  # __exit__ does not run when __enter__ fails
+            raise
+        self._kwok_usage["nodes_ready_s"] = round(took, 2)
+        self.options.log(f"kwok (pid {self._kwok.pid}): {len(names)} nodes Ready in {took:.1f}s")
+
+    def _stop_kwok(self, names: Sequence[str]) -> None:
+        assert self._kwok is not None
+        if self._kwok_sampler is not None:
+            self._kwok_sampler.__exit__(None, None, None)
+        with contextlib.suppress(OSError):
+            self._kwok_usage["peak_rss_mib"] = round(proc_peak_rss_mib(self._kwok.pid), 1)
+        self._kwok.stop()
+        kwok.delete_leases(self.api, names)
+
+    def kubelet_usage(self, recordings: Sequence[Recording]) -> dict[str, Any]:
+        """What the kubelet cost, for the results: KWOK's CPU seconds in each run's window
+        (first pod created to the end of the watch, the quiet wait included: hence also per
+        pod it saw bound), its peak RSS and how long it took to make the nodes Ready; empty
+        without KWOK (the agent is a thread of this process)."""
+        if self._kwok_sampler is None:
+            return {}
+        samples = self._kwok_sampler.samples["kwok"]
+        runs: dict[str, list[dict[str, float]]] = {}
+        for rec in recordings:
+            start = min(rec.created.values(), default=rec.end)
+            cpu = kwok.cpu_between(samples, start, rec.end)
+            bound = sum(1 for e in rec.events if e.kind == "bound")
+            runs.setdefault(rec.contestant, []).append(
+                {
+                    "cpu_seconds": round(cpu, 2),
+                    "cores": round(cpu / max(rec.end - start, 1e-9), 3),
+                    "cpu_ms_per_bound_pod": round(1000 * cpu / bound, 2) if bound else 0.0,
+                }
+            )
+        return {"version": kwok.KWOK_VERSION, **self._kwok_usage, "runs": runs}
 
     @staticmethod
     def _per_node_chunk(action: Callable[[list[str]], object], names: Sequence[str]) -> None:

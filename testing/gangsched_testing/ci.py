@@ -1,7 +1,7 @@
 """Missing test binaries: skipped with one line on a developer's machine, a failure in CI.
 
 `.ci/run` sets CI=true and builds everything (`make control-plane`), so a test that needs
-the control plane, kube-controller-manager, dra-oracle or bare-binder must never skip there:
+the control plane, kube-controller-manager, dra-oracle, bare-binder or kwok must never skip there:
 a skipped test proves nothing.
 """
 

@@ -7,8 +7,11 @@
   Running and completes graceful deletions. Tests end pods with :func:`finish_pod`.
 - :func:`open_stream` opens a raw watch through an ApiClient, for the agent.
 
-Why not KWOK: it is another Go binary to build and manage for behaviour that is a
-hundred lines of Python here, and these objects are fully under the tests' control.
+Why not KWOK here: it is another Go binary to build and manage for behaviour that is a
+hundred lines of Python here, and these objects are fully under the tests' control (a test
+finishes, fails or strands a pod when it wants to). The benchmark offers KWOK as well
+(`python -m bench.e2e --kubelet kwok`, bench/e2e/kwok.py), so that its figures can be set
+beside published KWOK-based ones; its nodes carry KWOK's annotation and are not the agent's.
 """
 
 from __future__ import annotations
@@ -112,6 +115,8 @@ class NodeSet:
     """Extended resources, e.g. ``{"nvidia.com/gpu": "8"}``; capacity equals allocatable."""
     taints: Sequence[Taint] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """E.g. ``{"kwok.x-k8s.io/node": "fake"}``: the nodes KWOK manages (bench/e2e/kwok.py)."""
     ready: bool | None = True
     """Ready condition True or False; None leaves the condition out (a node never heard from)."""
     condition_taints: bool = True
@@ -216,7 +221,11 @@ def node_manifests(*, spec: NodeSet) -> list[Manifest]:
         node: Manifest = {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": name, "labels": labels},
+            "metadata": {
+                "name": name,
+                "labels": labels,
+                **({"annotations": dict(spec.annotations)} if spec.annotations else {}),
+            },
             "spec": {"taints": [t.manifest() for t in taints]} if taints else {},
             "status": {
                 "capacity": dict(resources),
