@@ -15,7 +15,8 @@ Jobs labelled into PodGroups; its table is ``report.jobs_table``.
 Modules: ``workload`` (pure: cluster shape, gangs, manifests), ``metrics`` (pure: figures
 from the recorded timeline), ``harness`` (processes, load, observer), ``kwok`` (KWOK as the
 nodes' kubelet, ``--kubelet kwok``), ``report`` (markdown and the PNG; matplotlib is imported
-only there), ``__main__`` (the command line).
+only there), ``foreign`` (bound pods of another scheduler, ``--foreign-pods``, issue 27;
+bench/startup.py uses them too), ``__main__`` (the command line).
 
 Run: ``python -m bench.e2e --nodes 1000`` from the repository root, or ``make bench-e2e``.
 The control plane and fake nodes come from the test tooling's source root, testing/, which

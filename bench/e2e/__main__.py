@@ -110,6 +110,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--qps", type=int, default=1000, help="kube-scheduler clientConnection.qps")
     p.add_argument("--burst", type=int, default=2000, help="kube-scheduler clientConnection.burst")
     p.add_argument("--load-workers", type=int, default=16, help="threads creating pods")
+    p.add_argument(
+        "--foreign-pods",
+        type=int,
+        default=0,
+        help="bound pods of another scheduler spread over the nodes before the contestants start "
+        "(issue 27; bench/e2e/foreign.py); never part of the workload's figures",
+    )
     p.add_argument("--quiet", type=float, default=12.0, help="end a run after this long without a binding")
     p.add_argument("--timeout", type=float, default=900.0, help="end a run after this long regardless")
     p.add_argument("--gap", type=float, default=2.0, help="partial gang: below quorum this long, no binding")
@@ -300,6 +307,7 @@ def _options(args: argparse.Namespace) -> Options:
         qps=args.qps,
         burst=args.burst,
         load_workers=args.load_workers,
+        foreign_pods=args.foreign_pods,
         quiet=args.quiet,
         timeout=args.timeout,
         gap=args.gap,

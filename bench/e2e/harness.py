@@ -132,6 +132,7 @@ class Options:
     qps: int = 1000  # kube-scheduler clientConnection
     burst: int = 2000
     load_workers: int = 16
+    foreign_pods: int = 0  # bound pods of another scheduler on the nodes, made first (`_foreign_pods`)
     quiet: float = 12.0
     timeout: float = 600.0
     gap: float = 2.0
@@ -876,6 +877,7 @@ class Bench:
             log(f"published {len(names)} nodes' ResourceSlices in {time.monotonic() - started:.1f}s")
         if self.options.kwok:
             self._start_kwok(names)
+        self._create_foreign_pods(names)
         if self.options.agent:
             self._agent = fakenodes.NodeAgent(
                 api_client=self.cp.api_client(), run_seconds=self.options.run_seconds
@@ -897,6 +899,7 @@ class Bench:
                     request_json(self.api, "DELETE", f"{PRIORITY_CLASSES}/{body['metadata']['name']}")
         if self.workload.dra:
             self._per_node_chunk(lambda chunk: fakedra.unpublish(self.api, chunk), names)
+        self._delete_foreign_pods()
         fakenodes.delete_nodes(api=self.api, names=names)
         self.api.close()  # type: ignore[no-untyped-call]
 
@@ -1378,6 +1381,43 @@ class Bench:
                 raise
             time.sleep(0.2)
         raise TimeoutError(f"namespace {namespace} still there after 300 s")
+
+    # ----------------------------------------------------------------------------------------
+    # Foreign pods (issue 27, bench/e2e/foreign.py): `options.foreign_pods` bound pods of another
+    # scheduler in namespace <pool>-foreign, spread over the nodes before any contestant starts.
+    # The observer watches only a run's namespace, so they are never counted as the workload's.
+
+    @property
+    def foreign_namespace(self) -> str:
+        return f"{self.options.pool}-foreign"
+
+    def _create_foreign_pods(self, nodes: Sequence[str]) -> None:
+        from . import foreign  # it imports this module
+
+        count, log = self.options.foreign_pods, self.options.log
+        if count <= 0:
+            return
+        warning = foreign.room_warning(count, len(nodes))
+        if warning:
+            log(f"warning: {warning}; the stranded-gang oracle does not count foreign pods")
+        created = foreign.create_foreign_pods(
+            self.endpoint,
+            nodes,
+            stop=count,
+            namespace=self.foreign_namespace,
+            workers=self.options.load_workers,
+            log=log,
+        )
+        log(f"created {count} foreign pods in {created.seconds:.1f}s ({created.rate:.0f}/s)")
+
+    def _delete_foreign_pods(self) -> None:
+        """The pods first, without delete_namespace's 30 s client timeout (100,000 pods take
+        the apiserver longer than that), then the namespace."""
+        from . import foreign
+
+        if self.options.foreign_pods > 0:
+            foreign.delete_foreign_pods(self.endpoint, self.foreign_namespace)
+            devcluster.delete_namespace(self.api, name=self.foreign_namespace)
 
 
 @contextlib.contextmanager

@@ -372,6 +372,36 @@ def generate_preemption(topology: Topology, *, seed: int, high_share: float = 0.
     )
 
 
+def generate_backlog(
+    topology: Topology, *, gangs: int, size: int, gpus: int = 1, required: Level | None = "rack"
+) -> Workload:
+    """`gangs` gangs of `size` pods of `gpus` GPUs each (3 CPU and 24 GiB per GPU, as every
+    pod here), each with a Required `required` domain: the fixed backlog of issue 27 (250
+    gangs of 8 one-GPU pods, Required rack), created before the scheduler starts
+    (bench/startup.py `--backlog 250x8`). Refuses a backlog that could never fit: a gang
+    larger than its domain, or more GPUs than the cluster has.
+    """
+    if gangs < 1 or size < 1 or gpus < 1:
+        raise ValueError(f"a backlog needs gangs, pods and GPUs, not {gangs}x{size} of {gpus} GPU(s)")
+    domain = {"rack": topology.rack_gpus, "block": topology.block_gpus, None: topology.gpus}[required]
+    if size * gpus > domain:
+        raise ValueError(f"a gang of {size} x {gpus} GPUs does not fit one {required or 'cluster'}")
+    if gangs * size * gpus > topology.gpus:
+        raise ValueError(f"{gangs * size * gpus} GPUs asked for, the cluster has {topology.gpus}")
+    out = tuple(
+        Gang(
+            index=i,
+            pods=tuple(PodShape(f"w{j}", gpus, 3 * gpus, 24 * gpus) for j in range(size)),
+            required=required,
+            preferred_rack=False,
+        )
+        for i in range(gangs)
+    )
+    return Workload(
+        topology=topology, gangs=out, seed=0, oversubscription=gangs * size * gpus / topology.gpus
+    )
+
+
 def _uniform_gang(index: int, size: int, gpus: int, priority: Priority) -> Gang:
     pods = tuple(PodShape(str(i) if size == 1 else f"w{i}", gpus, 3 * gpus, 24 * gpus) for i in range(size))
     return Gang(index=index, pods=pods, required=None, preferred_rack=False, priority=priority)
