@@ -100,6 +100,13 @@ func (r *ring) pick() (string, error) {
 		r.mu.Unlock()
 	}
 	names := r.names.Load()
+	if names == nil {
+		// The first ring is being built by another worker (it holds the lock): wait for it,
+		// rather than fail and go through the workqueue's 10/s retry bucket.
+		r.mu.Lock()
+		names = r.names.Load()
+		r.mu.Unlock()
+	}
 	if names == nil || len(*names) == 0 {
 		return "", fmt.Errorf("no nodes")
 	}

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -187,6 +189,10 @@ def _start_watches(op: Operator) -> None:
         resources.append(Resource(NATIVE_POD_GROUP.name, f"/apis/{native.api_version}/{PLURAL}", strict=True))
     for kind in op.owner_kinds:
         resources += _owner_resources(kind)
+    # No garbage collection while the first LISTs fill the cache (`_synced` turns it back on):
+    # every object they make lives on, and the collector's passes over a growing heap were a
+    # third of the time to take in 100,000 pods.
+    gc.disable()
     _start_informers(op, resources)
     loop = asyncio.get_running_loop()
     op.tasks.append(loop.create_task(_synced(op), name="first lists"))
@@ -301,11 +307,25 @@ async def _discover_native_pod_groups(op: Operator) -> None:
 
 
 async def _synced(op: Operator) -> None:
-    """Set `op.synced` once every watch has listed."""
+    """Set `op.synced` once every watch has listed; then freeze what the LISTs made and turn
+    the garbage collector back on (also if the LISTs take longer than `_GC_OFF_SECONDS`)."""
     assert op.synced is not None
-    while not all(op.health.snapshot()[i.resource.kind]["lists"] for i in op.informers):
-        await asyncio.sleep(0.05)
+    started = time.monotonic()
+    try:
+        while not all(op.health.snapshot()[i.resource.kind]["lists"] for i in op.informers):
+            if not gc.isenabled() and time.monotonic() - started > _GC_OFF_SECONDS:
+                gc.enable()
+            await asyncio.sleep(0.05)
+    finally:
+        # The cache's objects outlive every cycle: frozen, no collection walks them again
+        # (a full pass over 100,000 pods was 0.3 s, taken again and again while binding).
+        gc.freeze()
+        gc.enable()
     op.synced.set()
+
+
+# The garbage collector stays off at most this long while the first LISTs come in.
+_GC_OFF_SECONDS = 60.0
 
 
 def _register_gauges(op: Operator) -> None:
