@@ -10,14 +10,20 @@ Cases:
              in ResourceSlices, 60% of devices allocated; a 256-pod gang, one GPU claim per pod
              (from a template), Required block + Preferred rack;
   dra-64-nic the same cluster; a 64-pod gang, each pod's claim 1 GPU + 1 NIC with matchAttribute
-             on the PCIe root.
+             on the PCIe root;
+  snapshot   issue 27: 5,000 nodes and 100,000 bound pods of another scheduler in a ClusterCache
+             (fed as the watch feeds it); the snapshot built from every pod (what each cycle
+             did before, what `simulate` does) against the loop's kept one
+             (`cluster.snapshots.SnapshotKeeper`): its first build, its update after one gang
+             of 8 pods is assumed bound, its update with nothing changed; and the cycle's
+             inputs (`queue_pods` of 2,000 pending pods, `bound_pods`).
 
 The DRA cases time a whole cycle's work for the group (device state, placement, exact
 allocation), warm (selector results cached, as in a running operator), and also print the Go
 oracle's time (hack/dra-oracle: upstream's structured allocator) for the same allocations on the
 same nodes, and for one pod's Filter over every node, as kube-scheduler runs it per pod.
 
-Run: python bench/engine_bench.py [--repeat N] [--json] [--only NAME]
+Run: python bench/engine_bench.py [--repeat N] [--json] [--only NAME]   (NAME: gang, simulate, dra, snapshot)
 """
 
 from __future__ import annotations
@@ -345,11 +351,79 @@ def _oracle(batch: list[Manifest]) -> list[dict[str, Any]]:
     return answers
 
 
+def snapshot_case(repeat: int, *, nodes: int = 5000, foreign: int = 100_000) -> dict[str, Any]:
+    from gangsched.cluster import ClusterCache
+    from gangsched.cluster.snapshots import SnapshotKeeper
+
+    cache = ClusterCache()
+    manifests = topology_node_manifests(zones=1, blocks=nodes // 100, racks=10, hosts=10, gpu=8)
+    for i, body in enumerate(manifests):
+        body["metadata"]["resourceVersion"] = str(i + 1)
+    cache.replace("nodes", manifests, str(len(manifests)))
+    names = [body["metadata"]["name"] for body in manifests]
+    pods = [
+        pod_manifest(
+            f"other-{i}",
+            namespace="others",
+            cpu="100m",
+            memory="128Mi",
+            scheduler="default-scheduler",
+            node_name=names[i % len(names)],
+            uid=f"other-{i}",
+            priority=0,
+            resource_version=str(10_000 + i),
+        )
+        for i in range(foreign)
+    ]
+    pods += [
+        pod_manifest(
+            f"g{g}-{j}", f"g{g}", namespace="ml", gpu=1, uid=f"g{g}-{j}", priority=0, resource_version="9"
+        )
+        for g in range(250)
+        for j in range(8)
+    ]
+    cache.replace("pods", pods, str(10_000 + foreign))
+
+    def ms(work: Any) -> float:
+        t0 = time.perf_counter()
+        work()
+        return (time.perf_counter() - t0) * 1000
+
+    every = cache.pods_for_engine()
+    rebuild = [ms(lambda: Snapshot(list(cache.nodes.values()), [p for p in every if p.holds_resources]))]
+    rebuild += [ms(lambda: Snapshot(list(cache.nodes.values()), [p for p in every if p.holds_resources]))]
+    keeper = SnapshotKeeper(cache.node_infos, lambda: cache.nodes)
+    first = ms(keeper.snapshot)
+    gang_update, idle_update, inputs = [], [], []
+    for r in range(repeat):
+        for j in range(8):
+            key = ("ml", f"g{r % 250}-{j}")
+            cache.forget(key)
+            cache.assume(
+                group=("ml", f"g{r % 250}"), pod=cache.pods[key], node=names[(r * 8 + j) % len(names)]
+            )
+        gang_update.append(ms(keeper.snapshot))
+        idle_update.append(ms(keeper.snapshot))
+        inputs.append(ms(lambda: (cache.queue_pods("gangsched"), cache.bound_pods())))
+    return {
+        "case": f"snapshot-{foreign // 1000}k",
+        "nodes": nodes,
+        "pods": foreign + 2000,
+        "rebuild_from_every_pod_ms": round(min(rebuild), 1),
+        "kept_first_build_ms": round(first, 1),
+        "kept_update_one_gang_ms": round(statistics.median(gang_update), 3),
+        "kept_update_nothing_changed_ms": round(statistics.median(idle_update), 3),
+        "queue_and_bound_inputs_ms": round(statistics.median(inputs), 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--only", choices=["gang", "simulate", "dra"], help="run one family of cases")
+    parser.add_argument(
+        "--only", choices=["gang", "simulate", "dra", "snapshot"], help="run one family of cases"
+    )
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the target says
@@ -360,6 +434,8 @@ def main() -> None:
         results.append(simulate_case(max(1, args.repeat // 10)))
     if args.only in (None, "dra"):
         results += [dra_case(256, False, args.repeat), dra_case(64, True, args.repeat)]
+    if args.only in (None, "snapshot"):
+        results.append(snapshot_case(args.repeat))
     if args.json:
         print(json.dumps(results, indent=2))
     else:

@@ -67,6 +67,8 @@ import json
 import math
 import os
 import re
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -145,6 +147,9 @@ class Config:
     racks_per_block: int = 10
     cleanup: bool = False  # delete everything made at the end (tests share a control plane)
     plot: bool = True  # the PNG (imports matplotlib)
+    # py-spy on each gangsched run (raw collapsed stacks, GIL holder only), into this directory:
+    # where start-up's CPU goes (`python -m bench.e2e.profile <file>` sums it up).
+    profile: Path | None = None
     log: Callable[[str], None] = _log
 
     @property
@@ -315,6 +320,21 @@ def _command(
     ], metrics
 
 
+def _profile(pid: int, directory: Path | None, tag: str) -> subprocess.Popen[bytes] | None:
+    """py-spy attached to the gangsched process `pid` from its start (as bench/e2e's profile)."""
+    if directory is None:
+        return None
+    # Installed with this Python (a venv's bin need not be on PATH).
+    py_spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if py_spy is None:
+        _log("py-spy not found: no profile (pip install -e '.[bench]')")
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    args = [py_spy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw", "--gil"]
+    args += ["--output", str(directory / f"{tag}.pyspy.txt"), "--threads", "--nonblocking"]
+    return devcluster.spawn(args, log=directory / f"{tag}.py-spy.log")
+
+
 def _listed(contestant: Contestant, log_text: str, begin_wall: float) -> tuple[float, float]:
     """(listed, decided) from the contestant's log; NaN where it says nothing."""
     lines = log_text.splitlines()
@@ -359,6 +379,7 @@ def run_one(
         begin_wall, begin = time.time(), time.monotonic()
         env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig_path)}
         proc = devcluster.spawn(command, log=log_path, env=env)
+        profiler = _profile(proc.pid, cfg.profile, tag) if contestant == "gangsched" else None
         try:
             run.ended = _wait(proc, observer, cfg, total=workload.pods, begin=begin, log_path=log_path)
             groups = sum(g.is_group for g in workload.gangs)
@@ -369,6 +390,10 @@ def run_one(
             if metrics_port:
                 run.lease_lag_max_s = _scrape_lease_lag(metrics_port)
         finally:
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    profiler.wait(30)
             devcluster.terminate(proc)
             events, _ = observer.stop()
         run.run_s = time.monotonic() - begin
@@ -801,6 +826,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--out", type=Path, default=REPO / "build" / "startup")
     p.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="py-spy each gangsched run into this directory (<tag>.pyspy.txt; summarise with "
+        "python -m bench.e2e.profile); its CPU and RSS figures then include the sampling",
+    )
+    p.add_argument(
         "--retable", action="store_true", help="only redo the table and plot from <out>/results-N<nodes>.json"
     )
     args = p.parse_args(argv)
@@ -836,6 +868,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         quiet=args.quiet,
         timeout=args.timeout,
         drain=args.drain,
+        profile=args.profile,
     )
     cfg.workload()  # a bad --backlog fails before the control plane starts
     started = time.monotonic()
