@@ -91,6 +91,7 @@ from bench.e2e.harness import (  # noqa: E402
     bare_binder_binary,
     child_pid,
     create_all,
+    gangsched_args,
     proc_cpu_seconds,
     proc_peak_rss_mib,
 )
@@ -297,19 +298,7 @@ def _command(
             *BARE_FLAGS,
         ], 0
     metrics = devcluster.free_port()
-    return [
-        sys.executable,
-        "-m",
-        "gangsched.cli",
-        "run",
-        "--namespace",
-        namespace,
-        "--scheduler-name",
-        SCHEDULER_NAMES["gangsched"],
-        "--concurrency",
-        str(cfg.concurrency),
-        "--liveness-port",
-        str(devcluster.free_port()),
+    extra = [
         "--metrics-port",
         str(metrics),
         "--leader-elect",
@@ -317,7 +306,10 @@ def _command(
         "default",
         "--lease-name",
         lease,
-    ], metrics
+    ]
+    return gangsched_args(
+        namespace, concurrency=cfg.concurrency, liveness_port=devcluster.free_port(), extra=extra
+    ), metrics
 
 
 def _profile(pid: int, directory: Path | None, tag: str) -> subprocess.Popen[bytes] | None:

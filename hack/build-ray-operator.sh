@@ -12,33 +12,9 @@
 set -euo pipefail
 
 RAY_OPERATOR_VERSION=v1.5.0
-module=github.com/ray-project/kuberay/ray-operator
+# shellcheck source=hack/go-tool.sh
+source "$(dirname "$0")/go-tool.sh"  # go_install_tool
 dest=${GANGSCHED_RAY_OPERATOR_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/gangsched/ray-operator-${RAY_OPERATOR_VERSION}/bin}
-bin="$dest/ray-operator"
-
-if [[ -x "$bin" ]]; then
-    echo "ray-operator: already built: $bin"
-    exit 0
-fi
-if ! command -v go >/dev/null 2>&1; then
-    msg="ray-operator: Go >= 1.24 is needed to build $bin ($module@$RAY_OPERATOR_VERSION); the tests that run it will be skipped"
-    if [[ "${CI:-}" == true ]]; then
-        echo "$msg" >&2
-        exit 1
-    fi
-    echo "warning: $msg" >&2
-    exit 0
-fi
-
-mkdir -p "$dest"
-stage=$(mktemp -d "$dest/../build.XXXXXX")
-trap 'rm -rf "$stage"' EXIT
-start=$(date +%s)
-echo "ray-operator: building $module@$RAY_OPERATOR_VERSION into $bin (a first build takes a few minutes)"
-# `go install pkg@version` builds in module-aware mode from the module's own go.mod and
-# go.sum (no replace directives in it), outside any module of ours.
-GOBIN="$stage" GOFLAGS="${GOFLAGS:-} -buildvcs=false" \
-    go install -trimpath -ldflags "-s -w" "$module@$RAY_OPERATOR_VERSION"
-mv -f "$stage/ray-operator" "$bin"
-echo "ray-operator: built in $(( $(date +%s) - start ))s"
-"$bin" --help >/dev/null 2>&1 || { echo "ray-operator: $bin does not run" >&2; exit 1; }
+# A first build takes a few minutes.
+go_install_tool ray-operator github.com/ray-project/kuberay/ray-operator "$RAY_OPERATOR_VERSION" "$dest" \
+    "the tests that run the real ray-operator"

@@ -1,5 +1,6 @@
-# Sourced by hack/dra-oracle/build.sh and hack/bare-binder/build.sh: build a small Go program
-# from its directory into the control plane's cache directory (next to kube-apiserver).
+# Sourced by hack/dra-oracle/build.sh and hack/bare-binder/build.sh (go_tool_build: a small Go program
+# from its directory into the control plane's cache directory, next to kube-apiserver), and by
+# hack/build-kwok.sh and hack/build-ray-operator.sh (go_install_tool: a released Go tool).
 #
 #   go_tool_build NAME DIR NEEDED_FOR
 #
@@ -48,5 +49,48 @@ go_tool_build() {
     fi
     chmod 0755 "$stage"
     mv -f "$stage" "$GO_TOOL_BIN"
+    echo "$name: built in $(( $(date +%s) - start ))s"
+}
+
+# go_install_tool NAME MODULE VERSION DEST NEEDED_FOR [LDFLAGS]
+#
+# `go install MODULE@VERSION` (module-aware, from the module's own go.mod and go.sum, outside
+# any module of ours) into DEST/NAME, once: a no-op when it is there. Without Go: as
+# go_tool_build (a warning that NEEDED_FOR will be skipped, or exit 1 under CI=true). The
+# binary is checked to run (`--help`) before it is moved into place.
+go_install_tool() {
+    local name=$1 module=$2 version=$3 dest=$4 needed_for=$5 ldflags=${6:--s -w}
+    local bin="$dest/$name"
+    if [[ -x "$bin" ]]; then
+        echo "$name: already built: $bin"
+        return 0
+    fi
+    if ! command -v go >/dev/null 2>&1; then
+        local msg="$name: Go is needed to build $bin ($module@$version); $needed_for will be skipped"
+        if [[ "${CI:-}" == true ]]; then
+            echo "$msg" >&2
+            exit 1
+        fi
+        echo "warning: $msg" >&2
+        return 0
+    fi
+    mkdir -p "$dest"
+    local stage start
+    stage=$(mktemp -d "$dest/../build.XXXXXX")
+    start=$(date +%s)
+    echo "$name: building $module@$version into $bin"
+    if ! GOBIN="$stage" GOFLAGS="${GOFLAGS:-} -buildvcs=false" go install -trimpath -ldflags "$ldflags" "$module@$version"; then
+        rm -rf "$stage"
+        exit 1
+    fi
+    local built
+    built="$stage/$(basename "$module")"
+    if ! "$built" --help >/dev/null 2>&1; then
+        echo "$name: the built binary does not run" >&2
+        rm -rf "$stage"
+        exit 1
+    fi
+    mv -f "$built" "$bin"
+    rm -rf "$stage"
     echo "$name: built in $(( $(date +%s) - start ))s"
 }

@@ -471,39 +471,35 @@ class Observer:
 # Contestants
 
 
-class Contestant:
+class Contestant(devcluster.Child):
     """A scheduler subprocess: started, warmed up, measured, stopped."""
 
     flavour: Flavour
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+    stop_grace = 15.0
 
     def wait_ready(self, timeout: float) -> None:
         """Overridden where the process has a readiness signal of its own."""
+
+
+def gangsched_args(
+    namespace: str, *, concurrency: int, liveness_port: int, extra: Sequence[str] = ()
+) -> list[str]:
+    """The command line of a gangsched contestant (bench.e2e, bench/startup.py)."""
+    return [
+        sys.executable,
+        "-m",
+        "gangsched.cli",
+        "run",
+        "--namespace",
+        namespace,
+        "--scheduler-name",
+        SCHEDULER_NAMES["gangsched"],
+        "--concurrency",
+        str(concurrency),
+        "--liveness-port",
+        str(liveness_port),
+        *extra,
+    ]
 
 
 class Gangsched(Contestant):
@@ -520,21 +516,7 @@ class Gangsched(Contestant):
     ) -> None:
         self.port = free_port()
         self.log_path = out / "gangsched.log"
-        args = [
-            sys.executable,
-            "-m",
-            "gangsched.cli",
-            "run",
-            "--namespace",
-            namespace,
-            "--scheduler-name",
-            SCHEDULER_NAMES["gangsched"],
-            "--concurrency",
-            str(concurrency),
-            "--liveness-port",
-            str(self.port),
-            *extra_args,
-        ]
+        args = gangsched_args(namespace, concurrency=concurrency, liveness_port=self.port, extra=extra_args)
         env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig_path)}
         self.proc = devcluster.spawn(args, log=self.log_path, env=env)
 

@@ -132,7 +132,7 @@ def stages(*, run_seconds: float | None) -> list[Manifest]:
     return out
 
 
-class Kwok:
+class Kwok(devcluster.Child):
     """The `kwok` process: started, its nodes waited for, sampled, stopped."""
 
     def __init__(self, cp: devcluster.ControlPlane, *, out: Path, run_seconds: float | None) -> None:
@@ -156,27 +156,11 @@ class Kwok:
         env = {**os.environ, "KWOK_WORKDIR": str(directory)}
         self.proc = devcluster.spawn(args, log=self.log_path, env=env)
 
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    def stop(self) -> None:
-        devcluster.terminate(self.proc)
 
     def wait_ready(self, api: client.ApiClient, names: Sequence[str], *, timeout: float = 120.0) -> float:
         """Until every node of `names` is Ready (KWOK's node-initialize); the seconds it took."""

@@ -450,6 +450,31 @@ def terminate(proc: subprocess.Popen[bytes] | None, *, grace: float = _STOP_GRAC
         return
 
 
+class Child:
+    """A child started with `spawn`, its output in `log_path`: what benchmarks and tests ask
+    of one (pid, alive, the end of its log) and how it stops (`terminate`)."""
+
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    stop_grace: float = _STOP_GRACE_SECONDS
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        terminate(self.proc, grace=self.stop_grace)
+
+
 def _tail(path: Path, *, lines: int = 30) -> str:
     try:
         text = path.read_text(errors="replace")
