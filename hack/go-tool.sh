@@ -15,6 +15,16 @@
 
 K8S_VERSION=v1.36.3
 
+# go_missing MESSAGE: Go is not installed. Under CI=true a missing tool is a hard failure
+# (exit 1); otherwise a warning, and the caller goes on without the tool.
+go_missing() {
+    if [[ "${CI:-}" == true ]]; then
+        echo "$1" >&2
+        exit 1
+    fi
+    echo "warning: $1" >&2
+}
+
 go_tool_build() {
     local name=$1 dir=$2 needed_for=$3
     local dest=${GANGSCHED_K8S_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/gangsched/k8s-${K8S_VERSION}/bin}
@@ -30,12 +40,7 @@ go_tool_build() {
         fi
     fi
     if ! command -v go >/dev/null 2>&1; then
-        local msg="$name: Go >= 1.26 is needed to build $GO_TOOL_BIN; $needed_for will be skipped"
-        if [[ "${CI:-}" == true ]]; then
-            echo "$msg" >&2
-            exit 1
-        fi
-        echo "warning: $msg" >&2
+        go_missing "$name: Go >= 1.26 is needed to build $GO_TOOL_BIN; $needed_for will be skipped"
         return 1
     fi
     mkdir -p "$dest"
@@ -66,12 +71,7 @@ go_install_tool() {
         return 0
     fi
     if ! command -v go >/dev/null 2>&1; then
-        local msg="$name: Go is needed to build $bin ($module@$version); $needed_for will be skipped"
-        if [[ "${CI:-}" == true ]]; then
-            echo "$msg" >&2
-            exit 1
-        fi
-        echo "warning: $msg" >&2
+        go_missing "$name: Go is needed to build $bin ($module@$version); $needed_for will be skipped"
         return 0
     fi
     mkdir -p "$dest"

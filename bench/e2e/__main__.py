@@ -226,12 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             figures = {
                 name: [metrics.figures_from_json(f) for f in runs] for name, runs in results["runs"].items()
             }
-        text = (
-            f"{report.workload_line(workload)}\n\nMachine: {results['machine']}\n\n"
-            f"{kwok.kubelet_line(args.kubelet)}\n\n{report.table(figures)}\n"
-        )
-        (args.out / f"table-{stem}.md").write_text(text)
-        print(text)
+        print(_table(args, stem, report.workload_line(workload), results["machine"], report.table(figures)))
         return 0
     if args.replot:
         recs: dict[str, metrics.Recording] = {}
@@ -272,29 +267,48 @@ def main(argv: Sequence[str] | None = None) -> int:
                         else ""
                     )
                 )
-    # Every run's raw recording, for --replot and for anyone re-analysing.
-    saved.write_text(json.dumps([metrics.recording_to_json(r) for r in every]))
-    text = (
-        f"{report.workload_line(workload)}\n\nMachine: {report.machine()}\n\n"
-        f"{kwok.kubelet_line(args.kubelet)}\n\n{report.table(figures)}\n"
-    )
-    (args.out / f"table-{stem}.md").write_text(text)
-    result: dict[str, Any] = {
-        "workload": workload.summary(),
-        "topology": workload.topology.describe(),
-        "seed": args.seed,
-        "machine": report.machine(),
-        "kubelet": {"name": args.kubelet, **bench.kubelet_usage(every)},
-        "options": {k: str(v) for k, v in vars(args).items()},
-        "runs": {name: [f.as_dict() for f in runs] for name, runs in figures.items()},
-    }
-    (args.out / f"results-{stem}.json").write_text(json.dumps(result, indent=2, default=str))
+    machine = _save(args, stem, saved, workload.summary(), workload, bench, every, figures)
+    text = _table(args, stem, report.workload_line(workload), machine, report.table(figures))
     if not args.no_plot:
         png = args.out / f"bound-{stem}.png"
         report.plot(list(recordings.values()), workload, png)
         log(f"plot: {png}")
     print(text)
     return 0
+
+
+def _table(args: argparse.Namespace, stem: str, head: str, machine: str, table: str) -> str:
+    """<out>/table-<stem>.md: the workload line, the machine, the kubelet and the table; its text."""
+    text = f"{head}\n\nMachine: {machine}\n\n{kwok.kubelet_line(args.kubelet)}\n\n{table}\n"
+    (args.out / f"table-{stem}.md").write_text(text)
+    return text
+
+
+def _save(
+    args: argparse.Namespace,
+    stem: str,
+    saved: Path,
+    summary: Mapping[str, Any],
+    workload: Workload,
+    bench: Bench,
+    every: Sequence[metrics.Recording],
+    figures: Mapping[str, Sequence[Any]],
+) -> str:
+    """Every run's raw recording into `saved` (for --replot and for anyone re-analysing) and
+    the results JSON (`summary` of the workload, each run's figures); returns the machine line."""
+    saved.write_text(json.dumps([metrics.recording_to_json(r) for r in every]))
+    machine = report.machine()
+    result = {
+        "workload": dict(summary),
+        "topology": workload.topology.describe(),
+        "seed": args.seed,
+        "machine": machine,
+        "kubelet": {"name": args.kubelet, **bench.kubelet_usage(every)},
+        "options": {k: str(v) for k, v in vars(args).items()},
+        "runs": {name: [f.as_dict() for f in runs] for name, runs in figures.items()},
+    }
+    (args.out / f"results-{stem}.json").write_text(json.dumps(result, indent=2, default=str))
+    return machine
 
 
 def _log(message: str) -> None:
@@ -383,28 +397,12 @@ def jobs_main(args: argparse.Namespace) -> int:
                         f"(from submission p50 {fig.submit_latency_p50:.2f}s), partial {fig.partial_gangs}, "
                         f"CPU {fig.cpu_seconds:.1f}s; requests {_top(fig.api_requests)}"
                     )
-        saved.write_text(json.dumps([metrics.recording_to_json(r) for r in every]))
-        machine = report.machine()
-        result: dict[str, Any] = {
-            "workload": workload.summary(),
-            "topology": workload.topology.describe(),
-            "seed": args.seed,
-            "machine": machine,
-            "kubelet": {"name": args.kubelet, **bench.kubelet_usage(every)},
-            "options": {k: str(v) for k, v in vars(args).items()},
-            "runs": {name: [f.as_dict() for f in runs] for name, runs in figures.items()},
-        }
-        (args.out / f"results-{stem}.json").write_text(json.dumps(result, indent=2, default=str))
+        machine = _save(args, stem, saved, workload.summary(), workload, bench, every, figures)
     if not args.no_plot and not args.retable:
         report.plot(list(first.values()), workload, args.out / f"bound-{stem}.png")
     if args.replot:
         return 0
-    text = (
-        f"{report.workload_line(workload)}\n\nMachine: {machine}\n\n"
-        f"{kwok.kubelet_line(args.kubelet)}\n\n{report.jobs_table(figures)}\n"
-    )
-    (args.out / f"table-{stem}.md").write_text(text)
-    print(text)
+    print(_table(args, stem, report.workload_line(workload), machine, report.jobs_table(figures)))
     return 0
 
 
@@ -456,27 +454,11 @@ def preemption_main(
                         )
                         + (f"; unplaced: {'; '.join(fig.high_unplaced)}" if fig.high_unplaced else "")
                     )
-        saved.write_text(json.dumps([metrics.recording_to_json(r) for r in every]))
-        machine = report.machine()
-        result = {
-            "workload": workload.summary(),
-            "topology": workload.topology.describe(),
-            "seed": args.seed,
-            "machine": machine,
-            "kubelet": {"name": args.kubelet, **bench.kubelet_usage(every)},
-            "options": {k: str(v) for k, v in vars(args).items()},
-            "runs": {name: [f.as_dict() for f in runs] for name, runs in figures.items()},
-        }
-        (args.out / f"results-{stem}.json").write_text(json.dumps(result, indent=2, default=str))
+        machine = _save(args, stem, saved, workload.summary(), workload, bench, every, figures)
         if not args.no_plot:
             first = {r.contestant: r for r in reversed(every)}
             report.plot(list(first.values()), workload, args.out / f"bound-{stem}.png")
-    text = (
-        f"{report.workload_line(workload)}\n\nMachine: {machine}\n\n"
-        f"{kwok.kubelet_line(args.kubelet)}\n\n{report.preemption_table(figures)}\n"
-    )
-    (args.out / f"table-{stem}.md").write_text(text)
-    print(text)
+    print(_table(args, stem, report.workload_line(workload), machine, report.preemption_table(figures)))
     return 0
 
 
@@ -545,29 +527,15 @@ def fifo_main(args: argparse.Namespace) -> int:
                         f"{fig.largest_gap_at_s:.0f}s, gaps {fig.total_gap_s:.2f}s, "
                         f"{fig.gangs_started}/{fig.gangs} gangs, {fig.pods_finished}/{fig.pods} pods finished"
                     )
-        saved.write_text(json.dumps([metrics.recording_to_json(r) for r in every]))
-        machine = report.machine()
-        result: dict[str, Any] = {
-            "workload": {**workload.summary(), "sizes": sizes, "rounds": rounds},
-            "topology": workload.topology.describe(),
-            "seed": args.seed,
-            "machine": machine,
-            "kubelet": {"name": args.kubelet, **bench.kubelet_usage(every)},
-            "options": {k: str(v) for k, v in vars(args).items()},
-            "runs": {name: [f.as_dict() for f in runs] for name, runs in figures.items()},
-        }
-        (args.out / f"results-{stem}.json").write_text(json.dumps(result, indent=2, default=str))
+        summary = {**workload.summary(), "sizes": sizes, "rounds": rounds}
+        machine = _save(args, stem, saved, summary, workload, bench, every, figures)
     if not args.no_plot and not args.retable:
         png = args.out / f"occupancy-{stem}.png"
         report.fifo_plot(list(first.values()), workload, args.run_seconds, png)
         _log(f"plot: {png}")
     if args.replot:
         return 0
-    text = (
-        f"{line}\n\nMachine: {machine}\n\n{kwok.kubelet_line(args.kubelet)}\n\n{report.fifo_table(figures)}\n"
-    )
-    (args.out / f"table-{stem}.md").write_text(text)
-    print(text)
+    print(_table(args, stem, line, machine, report.fifo_table(figures)))
     return 0
 
 

@@ -541,14 +541,7 @@ class Gangsched(Contestant):
 def bare_binder_binary(*, environ: Mapping[str, str] | None = None) -> Path | None:
     """Where hack/bare-binder/build.sh puts the bare binder: $GANGSCHED_K8S_BIN, else the cache
     directory of the control-plane build; None when it is not there."""
-    env = os.environ if environ is None else environ
-    directory = (
-        Path(env["GANGSCHED_K8S_BIN"]).expanduser()
-        if env.get("GANGSCHED_K8S_BIN")
-        else devcluster.default_bin_dir(environ=env)
-    )
-    path = directory / "bare-binder"
-    return path if path.is_file() and os.access(path, os.X_OK) else None
+    return devcluster.tool_binary("bare-binder", environ=environ)
 
 
 class BareBinder(Contestant):

@@ -96,14 +96,7 @@ def kubelet_line(kubelet: str) -> str:
 def kwok_binary(*, environ: Mapping[str, str] | None = None) -> Path | None:
     """Where hack/build-kwok.sh puts `kwok`: $GANGSCHED_K8S_BIN, else the control plane's cache
     directory; None when it is not there."""
-    env = os.environ if environ is None else environ
-    directory = (
-        Path(env["GANGSCHED_K8S_BIN"]).expanduser()
-        if env.get("GANGSCHED_K8S_BIN")
-        else devcluster.default_bin_dir(environ=env)
-    )
-    path = directory / "kwok"
-    return path if path.is_file() and os.access(path, os.X_OK) else None
+    return devcluster.tool_binary("kwok", environ=environ)
 
 
 def kwok_nodes(spec: fakenodes.NodeSet) -> fakenodes.NodeSet:

@@ -149,6 +149,19 @@ def default_bin_dir(*, environ: Mapping[str, str] | None = None) -> Path:
     return cache / "gangsched" / f"k8s-{K8S_VERSION}" / "bin"
 
 
+def tool_binary(name: str, *, environ: Mapping[str, str] | None = None) -> Path | None:
+    """A tool built next to kube-apiserver (hack/go-tool.sh: bare-binder, kwok, ...):
+    $GANGSCHED_K8S_BIN, else `default_bin_dir`; None when it is not there."""
+    env = os.environ if environ is None else environ
+    directory = (
+        Path(env["GANGSCHED_K8S_BIN"]).expanduser()
+        if env.get("GANGSCHED_K8S_BIN")
+        else default_bin_dir(environ=env)
+    )
+    path = directory / name
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
 def find_binaries(*, environ: Mapping[str, str] | None = None) -> Binaries:
     """Locate kube-apiserver and etcd: KUBEBUILDER_ASSETS, then GANGSCHED_K8S_BIN, then the cache.
 

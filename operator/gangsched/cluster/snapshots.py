@@ -140,7 +140,7 @@ class SnapshotKeeper:
         self._kept: Snapshot | None = None
         self._generation = -1
         self._layout = -1
-        # Rows rewritten by the last update (how much it cost: a metric and the tests).
+        # Rows rewritten by the last update (what it cost; the tests read it).
         self.last_rows = 0
 
     def snapshot(self) -> Snapshot:
