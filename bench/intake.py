@@ -410,7 +410,10 @@ def _say(**fields: Any) -> None:
 class _Scheduler:
     """What Intake calls on the scheduler: nothing to do here."""
 
-    def wake(self, group: Any = None) -> None:
+    def wake(self) -> None:
+        pass
+
+    def report(self, group: Any) -> None:
         pass
 
     def forget_group(self, key: Any) -> None:
@@ -418,14 +421,16 @@ class _Scheduler:
 
 
 class _Live:
+    """No member of ours finishes here: a pod that leaves the watch is gone."""
+
     def __init__(self, cache: Any) -> None:
         self.cache = cache
 
-    async def pod_gone(self, key: tuple[str, str]) -> None:
-        self.cache.remove("pods", key)
+    def may_have_finished(self, pod: Any) -> bool:
+        return False
 
-    async def finished_of(self, keys: Any) -> list[Any]:
-        return []
+    def pod_left(self, key: tuple[str, str]) -> None:
+        self.cache.remove("pods", key)
 
 
 def cache_digest(cache: Any) -> str:
@@ -459,7 +464,7 @@ class Probe:
 
     # Every option calls these four.
     async def pod(self, event_type: str, body: Mapping[str, Any]) -> None:
-        await self.intake.pod(event_type, body)
+        self.intake.pod(event_type, body)
         self.pod_events += 1
         if self.pod_events == self.args.pod_events:
             self.cpu_pods = time.process_time()
@@ -485,7 +490,7 @@ class Probe:
 
     # kopf reports listed objects one by one (type None)
     async def pod_listed_one(self, body: Mapping[str, Any]) -> None:
-        await self.intake.pod("LISTED", body)
+        self.intake.pod("LISTED", body)
         if len(self.cache.pods) == self.args.pods and not self.pods_listed:
             self.pods_listed = True
             self._maybe_listed()
@@ -617,7 +622,7 @@ def replay(args: argparse.Namespace, lines: list[bytes], intake: Any) -> dict[st
     async def apply() -> None:
         for line in lines:
             event = decode(line)
-            await intake.pod(event["type"], event["object"])
+            intake.pod(event["type"], event["object"])
 
     loop = asyncio.new_event_loop()
     began = time.process_time()

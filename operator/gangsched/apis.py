@@ -1,7 +1,9 @@
 """The Kubernetes API versions gangsched speaks, for `gangsched version` (and its readers).
 
-One row per group-version-kind-resource the code reads or writes, with the verbs it uses.
-The rows of `gangsched run` are the same facts as manifests/clusterrole.yaml and
+One row per group-version-kind-resource the code reads or writes, with the verbs it uses: the
+kinds of the one table (`cluster.kinds.TABLE`, which carries each kind's verbs), and what is
+only written (Bindings, Events, the Lease). The rows of `gangsched run` are the same facts as
+manifests/clusterrole.yaml and
 manifests/role-leader-election.yaml, which tests/unit/test_cli_help.py checks against them (a
 resource granted but not listed here, or listed but not granted, fails it): a new watch or
 write is a new RBAC rule and a new row. The looking commands (`explain`, `top`) run with the
@@ -13,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from gangsched.model import common as _podgroup
-from gangsched.model.owners import LEADERWORKERSET, OWNER_KINDS
+from gangsched.cluster.kinds import TABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,55 +41,23 @@ class ApiUse:
         return f"{gv} {self.kind}"
 
 
-_DRA: Final = "DRA, when served"
-_OWNERS: Final = "automatic gangs, when served"
-_NATIVE: Final = f"{_podgroup.NATIVE_GROUP}/{_podgroup.NATIVE_VERSION}"
+def _table_rows() -> tuple[ApiUse, ...]:
+    """One row per kind of the table (`cluster.kinds.TABLE`), and one per subresource of it."""
+    rows: list[ApiUse] = []
+    for kind in TABLE:
+        group_version = kind.api_version()
+        rows.append(ApiUse(group_version, kind.api_kind, kind.plural, kind.verbs, kind.when))
+        rows += [
+            ApiUse(group_version, kind.api_kind, f"{kind.plural}/{sub}", verbs, kind.when)
+            for sub, verbs in kind.subresources
+        ]
+    return tuple(rows)
+
 
 USED_APIS: Final[tuple[ApiUse, ...]] = (
-    ApiUse(
-        f"{_podgroup.GROUP}/{_podgroup.VERSION}",
-        "PodGroup",
-        _podgroup.PLURAL,
-        ("list", "watch", "create", "delete"),
-    ),
-    ApiUse(f"{_podgroup.GROUP}/{_podgroup.VERSION}", "PodGroup", f"{_podgroup.PLURAL}/status", ("patch",)),
-    ApiUse(
-        _NATIVE, "PodGroup", _podgroup.NATIVE_PLURAL, ("get", "list", "watch"), f"when {_NATIVE} is served"
-    ),
-    ApiUse(_NATIVE, "PodGroup", f"{_podgroup.NATIVE_PLURAL}/status", ("patch",), f"when {_NATIVE} is served"),
-    ApiUse("v1", "Pod", "pods", ("get", "list", "watch", "patch", "delete")),
-    ApiUse("v1", "Pod", "pods/status", ("patch",)),
+    *_table_rows(),
     ApiUse("v1", "Binding", "pods/binding", ("create",)),
-    ApiUse("v1", "Node", "nodes", ("list", "watch")),
     ApiUse("v1", "Event", "events", ("create",)),
-    ApiUse("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", ("list", "watch")),
-    ApiUse("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", ("list", "watch")),
-    ApiUse("resource.k8s.io/v1", "DeviceClass", "deviceclasses", ("list", "watch"), _DRA),
-    ApiUse("resource.k8s.io/v1", "ResourceSlice", "resourceslices", ("list", "watch"), _DRA),
-    ApiUse(
-        "resource.k8s.io/v1",
-        "ResourceClaim",
-        "resourceclaims",
-        ("get", "list", "watch", "patch", "create", "delete"),
-        _DRA,
-    ),
-    ApiUse("resource.k8s.io/v1", "ResourceClaim", "resourceclaims/status", ("patch",), _DRA),
-    ApiUse("resource.k8s.io/v1", "ResourceClaim", "resourceclaims/binding", ("patch",), _DRA),
-    ApiUse("resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates", ("get",), _DRA),
-    # Workload owners whose pods make automatic gangs (model/owners.py), each when served.
-    *(
-        ApiUse(
-            kind.api_version, kind.kind, kind.plural, ("get", "list", "watch"), "automatic gangs, when served"
-        )
-        for kind in OWNER_KINDS
-    ),
-    ApiUse(
-        "apps/v1",
-        "StatefulSet",
-        "statefulsets",
-        ("list", "watch"),
-        f"automatic gangs, when {LEADERWORKERSET.kind} is served",
-    ),
     ApiUse(
         "coordination.k8s.io/v1",
         "Lease",
@@ -97,7 +66,8 @@ USED_APIS: Final[tuple[ApiUse, ...]] = (
         "with --leader-elect, the default",
     ),
 )
-"""What the code uses, verb by verb."""
+"""What the code uses, verb by verb: the table's kinds (what is read, and written to them),
+and what is only written."""
 
 NOT_USED: Final[tuple[str, ...]] = (
     "scheduling.k8s.io/v1alpha2 Workload (its controller makes the PodGroups gangsched schedules)",

@@ -628,7 +628,7 @@ def top(
     import time
 
     from gangsched import occupancy
-    from gangsched.cluster.read import ClusterError, read_cluster, serves_native_pod_groups
+    from gangsched.cluster.read import ClusterError, cluster_kinds, discover_kinds, read_cluster
     from gangsched.explain import held_view
 
     keys = _levels_option(levels)
@@ -638,13 +638,14 @@ def top(
         cluster = _connect(kubeconfig, context)
         with cluster:
             try:
-                native = serves_native_pod_groups(cluster)  # asked once, not on every refresh
+                # Asked once, not on every refresh.
+                versions = discover_kinds(cluster, cluster_kinds(dra=False))
             except ClusterError as exc:
                 _fail(str(exc))
             served: dict[str, set[str]] = {}  # the owner kinds' discovery, once
             while True:
                 try:
-                    cache = read_cluster(cluster, dra=False, native=native)
+                    cache = read_cluster(cluster, dra=False, served=versions)
                     # Pods held while their automatic gang forms, as the operator holds them.
                     view = held_view(cluster, cache, scheduler_name=scheduler_name, served=served)
                 except ClusterError as exc:

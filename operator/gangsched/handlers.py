@@ -1,10 +1,19 @@
-"""Watch handlers: what happens when the API tells us about an object. No scheduling logic here.
+"""The informers' intake: what happens when the API tells us about an object. No scheduling
+logic, and no network I/O: an event is applied the moment it is read.
 
 Every kind is watched by an informer (`cluster.informer`); its events and LISTs go through
 `Intake.event` and `Intake.listed` into the cache's one store, so an object that vanished from
-a LIST has exactly the effects of a DELETED event. Pods alone need more: a pod leaving the
-watch of unfinished pods may have finished, and members of our groups are read live to tell.
-Startup, health, metrics and shutdown live in `runtime`.
+a LIST has exactly the effects of a DELETED event. Two things follow from each:
+
+- the loop is woken for a cycle only when the cache's generation moved (a change a decision
+  can depend on: not a node heartbeat, not a pod's status conditions, not a Job's counters);
+- the PodGroup an event concerns (a PodGroup's own, the one a pod names) gets its status
+  looked at, by a debounced status pass that runs no cycle (`Scheduler.report`).
+
+Pods alone need more: a member of our groups that leaves the watch of unfinished pods may
+have finished, and only a live read can tell. It is kept as it was (running: it holds its
+capacity a moment longer, never less) and read in the background (`LiveReader.pod_left`);
+the stream goes on meanwhile. Startup, health, metrics and shutdown live in `runtime`.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gangsched.cluster import ClusterCache, Key, LiveReader
-from gangsched.cluster.kinds import BUDGET, KINDS, POD, POD_GROUP_KINDS
+from gangsched.cluster.kinds import KINDS, POD, POD_GROUP_KINDS
 from gangsched.cluster.store import key_of
 from gangsched.loop import Faults, Scheduler
 from gangsched.model import ModelError
@@ -37,7 +46,7 @@ def _group_named(body: Body) -> str | None:
 
 
 class Intake:
-    """Every watched kind's events and LISTs, into the cache, waking the loop."""
+    """Every watched kind's events and LISTs, into the cache, waking the loop for what matters."""
 
     def __init__(
         self, *, cache: ClusterCache, scheduler: Scheduler, live: LiveReader, faults: Faults
@@ -47,6 +56,7 @@ class Intake:
         self.live = live
         self.faults = faults
         self._delayed: set[asyncio.Task[None]] = set()
+        self._group_kinds = {kind.name for kind in POD_GROUP_KINDS.values()}
 
     def sink(self, kind: str) -> KindSink:
         """What an informer of `kind` feeds."""
@@ -55,10 +65,13 @@ class Intake:
     async def event(self, kind: str, event_type: str, body: Body) -> None:
         """One watch event of `kind`."""
         if kind == POD.name:
-            await self.pod(event_type, body)
+            self.pod(event_type, body)
             return
+        generation = self.cache.generation
         self.cache.apply(kind, event_type, body)
-        self._wake(kind, body)
+        if kind in self._group_kinds:
+            self.scheduler.report(key_of(body))
+        self._woken(generation)
 
     def list_start(self, kind: str) -> None:
         """A LIST of `kind` begins (or starts over), read page by page."""
@@ -68,26 +81,32 @@ class Intake:
         """One page of the LIST in progress, applied a slice at a time: the event loop (other
         watches, probes, the metrics endpoint) never waits for a whole page of 500 pods."""
         for start in range(0, len(items), _LIST_SLICE):
+            generation = self.cache.generation
             self.cache.list_page(kind, items[start : start + _LIST_SLICE])
+            self._woken(generation)
             await asyncio.sleep(0)
 
     async def listed(self, kind: str, resource_version: str) -> None:
         """The LIST of `kind` at `resource_version` is all in: the kind is exactly what its
-        pages held now."""
+        pages held now, and current (what waited for it may be decided)."""
+        leaving: list[Key] = []
         if kind == POD.name:
-            # Our members that finished left the LIST of unfinished pods: kept, read live.
+            # Members of ours the LIST of unfinished pods no longer holds may have finished:
+            # kept as they are, each read in the background (`LiveReader.pod_left`).
             held = self.cache.listing(kind)
-            gone = [k for k, p in self.cache.pods.items() if k not in held and not p.terminal]
-            self.cache.list_page(kind, await self.live.finished_of(gone))
+            leaving = [
+                k for k, p in self.cache.pods.items() if k not in held and self.live.may_have_finished(p)
+            ]
+            self.cache.keep_listed(kind, leaving)
         listed = list(self.cache.listing(kind))
         vanished = self.cache.list_end(kind, resource_version)
-        of = KINDS[kind]
-        if of in POD_GROUP_KINDS.values():
+        for key in leaving:
+            self.live.pod_left(key)
+        if kind in self._group_kinds:
             # Each group listed (or gone) gets its status looked at, as after its own event.
             for key in [*listed, *vanished]:
-                self.scheduler.wake(key)
-        elif of is not BUDGET:
-            self.scheduler.wake()
+                self.scheduler.report(key)
+        self.scheduler.wake()
 
     async def replace(self, kind: str, items: Sequence[Body], resource_version: str) -> None:
         """A LIST of `kind` held whole (one page): `list_start`, `list_page`, `listed`."""
@@ -95,22 +114,24 @@ class Intake:
         await self.list_page(kind, items)
         await self.listed(kind, resource_version)
 
-    def lost(self, kind: str) -> None:
-        """`kind`'s watch ended: what the cache holds of it may be stale until its next LIST."""
-        self.cache.lost(kind)
+    def lost(self, kind: str, why: str) -> None:
+        """`kind`'s watch ended: what the cache holds of it may be stale until it is current."""
+        self.cache.lost(kind, why)
 
-    def _wake(self, kind: str, body: Body) -> None:
-        of = KINDS[kind]
-        if of is BUDGET:
-            return  # budgets only order preemption victims
-        if of in POD_GROUP_KINDS.values():
-            self.scheduler.wake(key_of(body))
-        else:
+    def resumed(self, kind: str) -> None:
+        """`kind`'s watch was resumed on time: current again; what waited for it may go on."""
+        was_stale = not self.cache.store.synced(KINDS[kind])
+        self.cache.resumed(kind)
+        if was_stale:
+            self.scheduler.wake()
+
+    def _woken(self, generation: int) -> None:
+        if self.cache.generation != generation:
             self.scheduler.wake()
 
     # ------------------------------------------------------------------ pods
 
-    async def pod(self, event_type: str, body: Body) -> None:
+    def pod(self, event_type: str, body: Body) -> None:
         if self.faults.watch_delay_seconds and (body.get("spec") or {}).get("nodeName"):
             # A lagging watch: this event arrives late, the stream behind it does not wait.
             delayed = self._late(self.faults.watch_delay_seconds, event_type, body)
@@ -118,20 +139,25 @@ class Intake:
             self._delayed.add(task)
             task.add_done_callback(self._delayed.discard)
             return
-        await self._pod(event_type, body)
+        self._pod(event_type, body)
 
     async def _late(self, delay: float, event_type: str, body: Body) -> None:
         await asyncio.sleep(delay)
-        await self._pod(event_type, body)
+        self._pod(event_type, body)
 
-    async def _pod(self, event_type: str, body: Body) -> None:
+    def _pod(self, event_type: str, body: Body) -> None:
         key: Key = key_of(body)
-        if event_type == "DELETED":
-            await self.live.pod_gone(key)  # gone, or finished (it left the selector)
+        generation = self.cache.generation
+        held = self.cache.pods.get(key)
+        if event_type == "DELETED" and held is not None and self.live.may_have_finished(held):
+            # Gone, or finished (it left the selector): told apart by a read in the background.
+            self.live.pod_left(key)
         else:
             self.cache.apply(POD.name, event_type, body)
         group = _group_named(body)
-        self.scheduler.wake((key[0], group) if group else None)
+        if group:
+            self.scheduler.report((key[0], group))
+        self._woken(generation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,5 +179,8 @@ class KindSink:
     async def listed(self, resource_version: str) -> None:
         await self.intake.listed(self.kind, resource_version)
 
-    def lost(self) -> None:
-        self.intake.lost(self.kind)
+    def lost(self, why: str) -> None:
+        self.intake.lost(self.kind, why)
+
+    def resumed(self) -> None:
+        self.intake.resumed(self.kind)

@@ -3,12 +3,14 @@
 Watches run cluster-wide whatever `--namespace` says: capacity accounting needs every bound
 pod on every node. The namespace option limits which PodGroups and pods are scheduled.
 
-Every kind is watched through an informer (`cluster.informer`: list+watch that removes what
-a re-list no longer shows) into `handlers.Intake`: Pods, Nodes, PriorityClasses,
-PodDisruptionBudgets, PodGroups of both APIs (strict: listed before every watch, and no
-decision rests on them while they may be stale) and, where served, the DRA kinds. kopf hosts
-the process: its startup, probe and cleanup handlers are registered here, and it watches
-nothing (docs/architecture.md says why).
+Every kind of the table (`cluster.kinds.TABLE`) is watched through an informer
+(`cluster.informer`: list+watch that removes what a re-list no longer shows, and lists again
+after any outage) into `handlers.Intake`: the core kinds always, the others (PodGroups of both
+APIs, the DRA kinds, workload owners) where discovery finds them served, at startup and every
+`DISCOVERY_SECONDS` after for those not served yet (a CRD installed later is watched within
+seconds; one no longer served stops being watched). kopf hosts the process: its startup,
+probe and cleanup handlers are registered here, and it watches nothing (docs/architecture.md
+says why).
 
 Lifecycle: at startup the watches begin (a standby keeps its cache warm but never decides or
 writes); the main task waits for the Lease when leader election is on, then for every watch
@@ -38,29 +40,23 @@ from kubernetes import client, config
 from gangsched import __version__
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, LiveReader
-from gangsched.cluster.devices import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from gangsched.cluster.informer import Informer, Resource, WatchHealth
-from gangsched.cluster.kinds import (
-    LWS_STATEFULSET_SELECTOR,
-    LWS_STATEFULSETS,
-    NATIVE_POD_GROUP,
-    OWNERS,
-    POD_GROUP,
-)
+from gangsched.cluster.discovery import discover
+from gangsched.cluster.informer import Informer, NotServedError, Resource, WatchHealth
+from gangsched.cluster.kinds import KINDS as KINDS_BY_NAME
+from gangsched.cluster.kinds import NATIVE_POD_GROUP, POD_GROUP, TABLE, WATCHED_WITH
+from gangsched.cluster.store import Kind, Role
 from gangsched.handlers import Intake
 from gangsched.leader import LeaderElector, LeaseConfig, default_identity
 from gangsched.loop import Scheduler, SchedulerConfig
 from gangsched.metrics import Metrics, serve
-from gangsched.model import GROUP, LIVE_PODS_SELECTOR, PLURAL, VERSION, PodGroupApi
-from gangsched.model.owners import LEADERWORKERSET, OwnerKind
-from gangsched.session import ApiError, ApiSession, bearer_token, served_resources, serves
+from gangsched.session import ApiSession, bearer_token
 from gangsched.transport import Transport
 
 log = logging.getLogger(__name__)
 
-# Owner kinds not served at startup (a CRD installed later) are looked for again this often:
-# one discovery GET per group/version not served yet (six at most).
-OWNER_DISCOVERY_SECONDS = 10.0
+# Kinds not served (a CRD not installed yet) are looked for again this often: one discovery
+# GET per group/version not served yet.
+DISCOVERY_SECONDS = 5.0
 
 
 @dataclass(slots=True)
@@ -110,9 +106,8 @@ class Operator:
     elector: LeaderElector | None
     # Created on kopf's event loop at startup.
     session: ApiSession | None = None
-    informers: list[Informer] = field(default_factory=list)
-    # The workload owner kinds watched (those served; more once their CRD is installed).
-    owner_kinds: list[OwnerKind] = field(default_factory=list)
+    # The informer of each kind watched (kind name -> informer): those served.
+    watching: dict[str, Informer] = field(default_factory=dict)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     synced: asyncio.Event | None = None
 
@@ -170,149 +165,134 @@ def assemble(options: RunOptions) -> Operator:
 
 
 def _start_watches(op: Operator) -> None:
-    """One informer per watched kind, all into `Intake`."""
+    """One informer per kind served (`_discover` found them), all into `Intake`."""
     op.session = ApiSession(op.configuration, user_agent=op.user_agent)
-    resources = [
-        Resource("pods", "/api/v1/pods", {"fieldSelector": LIVE_PODS_SELECTOR}),
-        Resource("nodes", "/api/v1/nodes"),
-        Resource("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses"),
-        Resource("poddisruptionbudgets", "/apis/policy/v1/poddisruptionbudgets"),
-        Resource(POD_GROUP.name, f"/apis/{GROUP}/{VERSION}/{PLURAL}", strict=True),
-    ]
-    if op.cache.devices.enabled:
-        resources += [
-            Resource(kind, f"/apis/resource.k8s.io/v1/{kind}")
-            for kind in (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS)
-        ]
-    if op.cache.native_pod_groups:
-        native = PodGroupApi.NATIVE
-        resources.append(Resource(NATIVE_POD_GROUP.name, f"/apis/{native.api_version}/{PLURAL}", strict=True))
-    for kind in op.owner_kinds:
-        resources += _owner_resources(kind)
     # No garbage collection while the first LISTs fill the cache (`_synced` turns it back on):
     # every object they make lives on, and the collector's passes over a growing heap were a
     # third of the time to take in 100,000 pods.
     gc.disable()
-    _start_informers(op, resources)
+    for kind in TABLE:
+        version = op.cache.served.get(kind.name)
+        if version is not None and kind.watched:
+            _watch(op, kind, version)
     loop = asyncio.get_running_loop()
-    op.tasks.append(loop.create_task(_synced(op), name="first lists"))
-    op.tasks.append(loop.create_task(_discover_owners_later(op), name="owner kinds discovery"))
+    op.tasks.append(loop.create_task(_synced(op, list(op.watching.values())), name="first lists"))
+    op.tasks.append(loop.create_task(_discover_later(op), name="discovery"))
 
 
-def _start_informers(op: Operator, resources: list[Resource]) -> None:
+def _watch(op: Operator, kind: Kind[Any], version: str) -> None:
+    """Watch `kind` at `version` from now on: decisions that read it wait for its first LIST."""
     assert op.session is not None
-    loop = asyncio.get_running_loop()
-    for resource in resources:
-        op.cache.expect(resource.kind)
-        informer = Informer(
-            session=op.session, resource=resource, sink=op.intake.sink(resource.kind), health=op.health
-        )
-        op.informers.append(informer)
-        op.tasks.append(loop.create_task(informer.run(), name=f"informer {resource.kind}"))
-
-
-def _owner_resources(kind: OwnerKind) -> list[Resource]:
-    """The watches of one owner kind (a LeaderWorkerSet's also those of its StatefulSets)."""
-    prefix = "/apis" if "/" in kind.api_version else "/api"
-    resources = [Resource(OWNERS[kind].name, f"{prefix}/{kind.api_version}/{kind.plural}")]
-    if kind is LEADERWORKERSET:
-        resources.append(
-            Resource(
-                LWS_STATEFULSETS.name,
-                "/apis/apps/v1/statefulsets",
-                {"labelSelector": LWS_STATEFULSET_SELECTOR},
-            )
-        )
-    return resources
-
-
-async def _discover_owners(op: Operator, kinds: list[OwnerKind]) -> list[OwnerKind]:
-    """The kinds of `kinds` the API serves, one discovery GET per group/version (a kind it
-    could not tell about counts as not served, and is looked for again later)."""
-    by_version: dict[str, list[OwnerKind]] = {}
-    for kind in kinds:
-        by_version.setdefault(kind.api_version, []).append(kind)
-    served = []
-    for group_version, of_version in by_version.items():
-        try:
-            names = await served_resources(op.transport.get, group_version)
-        except Exception as exc:
-            log.debug("could not tell whether %s is served: %s", group_version, exc)
-            continue
-        served += [kind for kind in of_version if kind.plural in names]
-    return served
-
-
-async def _discover_owners_later(op: Operator) -> None:
-    """Watch an owner kind once it is served (its CRD installed after gangsched started)."""
-    while True:
-        await asyncio.sleep(OWNER_DISCOVERY_SECONDS)
-        missing = [k for k in OWNERS if k not in op.owner_kinds]
-        if not missing:
-            return
-        for kind in await _discover_owners(op, missing):
-            log.info("%s %s is served now: its pods make automatic gangs", kind.api_version, kind.kind)
-            op.owner_kinds.append(kind)
-            _start_informers(op, _owner_resources(kind))
-
-
-async def _served(op: Operator, group_version: str, *resources: str) -> bool | None:
-    """`session.serves`, through the transport (its slots and retries); None (with a
-    warning) when the API could not tell."""
-    try:
-        return await serves(op.transport.get, group_version, *resources)
-    except ApiError as exc:
-        error = str(exc.status)
-    except Exception as exc:
-        error = str(exc)
-    log.warning("could not tell whether %s is served (%s); watching it", group_version, error)
-    return None
-
-
-async def _discover_owner_kinds(op: Operator) -> None:
-    """Watch the workload owners the API serves (batch/v1 Jobs always; the CRDs where
-    installed): their pods make automatic gangs (model/owners.py)."""
-    op.owner_kinds = await _discover_owners(op, list(OWNERS))
-    log.info(
-        "automatic gangs from: %s",
-        ", ".join(f"{k.kind} ({k.api_version})" for k in op.owner_kinds) or "no owner kind served",
+    op.cache.serve(kind.name, version)
+    op.cache.expect(kind.name)
+    resource = Resource(kind.name, kind.path(version), kind.query)
+    informer = Informer(
+        session=op.session, resource=resource, sink=op.intake.sink(kind.name), health=op.health
+    )
+    op.watching[kind.name] = informer
+    op.tasks.append(
+        asyncio.get_running_loop().create_task(_inform(op, kind, informer), name=f"informer {kind.name}")
     )
 
 
-async def _discover_dra(op: Operator) -> None:
-    """Watch the DRA kinds only where the API serves them in resource.k8s.io/v1 (DRA is GA
-    since 1.34; a cluster without it must not keep a watch failing, which would fail /healthz)."""
-    if await _served(op, "resource.k8s.io/v1", DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS) is False:
-        log.info("resource.k8s.io/v1 is not served: DRA (ResourceClaims) is off")
-        return
-    op.cache.devices.enabled = True
+async def _inform(op: Operator, kind: Kind[Any], informer: Informer) -> None:
+    """Run one informer; a kind the API no longer serves (its CRD deleted) stops being
+    watched, what was held of it goes, and discovery looks for it again."""
+    try:
+        await informer.run()
+    except NotServedError as exc:
+        log.warning("%s is not served any more (%s): no longer watched", kind.name, exc)
+        if op.watching.get(kind.name) is informer:
+            del op.watching[kind.name]
+        op.health.forget(kind.name)
+        op.cache.unwatched(kind.name)
+        op.scheduler.wake()
 
 
-async def _discover_native_pod_groups(op: Operator) -> None:
-    """Schedule Kubernetes' own PodGroups only where the API serves scheduling.k8s.io/v1alpha2
-    podgroups (alpha in 1.36: --runtime-config and the GenericWorkload gate); elsewhere one
-    line says so and gangsched's PodGroup works as everywhere."""
-    native = PodGroupApi.NATIVE
-    served = await _served(op, native.api_version, PLURAL)
-    if served is False:
+async def _discover(op: Operator, *, startup: bool = False) -> None:
+    """Find the kinds of the table the API serves and is not watched yet (a kind watched only
+    with another, the LeaderWorkerSet's StatefulSets, follows it). At startup they are only
+    recorded (`_start_watches` starts them all at once); later each is watched at once."""
+    wanted = [k for k in TABLE if k.watched and k.name not in op.watching and k.name not in WATCHED_WITH]
+    found = await discover(op.transport.get, wanted)
+    if found.unreachable is not None:
+        log.warning("could not reach the API for discovery (%s); asking again", found.unreachable)
+    for group_version, error in found.failed.items():
+        log.log(
+            logging.WARNING if startup else logging.DEBUG,
+            "could not tell what %s serves: %s; asking again",
+            group_version,
+            error,
+        )
+    for kind in wanted:
+        version = found.served.get(kind.name)
+        if version is None:
+            continue
+        followers = [KINDS_BY_NAME[name] for name, leader in WATCHED_WITH.items() if leader is kind]
+        if startup:
+            op.cache.serve(kind.name, version)
+            for follower in followers:
+                op.cache.serve(follower.name, follower.versions[0])
+            continue
+        log.info("%s (%s) is served now: watching it", kind.name, kind.api_version(version))
+        _watch(op, kind, version)
+        for follower in followers:
+            if follower.name not in op.watching:
+                _watch(op, follower, follower.versions[0])
+    if startup:
+        _say_what_is_served(op)
+
+
+def _say_what_is_served(op: Operator) -> None:
+    """One line per optional part, at startup: what works, and what does not and why."""
+    served = op.cache.served
+    if POD_GROUP.name not in served:
+        log.warning(
+            "%s PodGroups are not served: install gangsched's CRD (kubectl apply -f crds/). Until then "
+            "pods without a PodGroup are scheduled one by one and automatic gangs wait for it",
+            POD_GROUP.api_version(),
+        )
+    if NATIVE_POD_GROUP.name in served:
+        log.info(
+            "%s podgroups are served: native PodGroups are scheduled too",
+            NATIVE_POD_GROUP.api_version(served[NATIVE_POD_GROUP.name]),
+        )
+    else:
         log.info(
             "%s podgroups are not served: native PodGroups are not scheduled (gangsched's %s PodGroups are)",
-            native.api_version,
-            PodGroupApi.GANGSCHED.api_version,
+            NATIVE_POD_GROUP.api_version(),
+            POD_GROUP.api_version(),
         )
-        return
-    op.cache.native_pod_groups = True
-    if served:
-        log.info("%s podgroups are served: native PodGroups are scheduled too", native.api_version)
+    if not op.cache.devices.enabled:
+        log.info("resource.k8s.io is not served: DRA (ResourceClaims) is off")
+    owners = [k for k in TABLE if k.role is Role.OWNERS and k.name in served and k.name not in WATCHED_WITH]
+    log.info(
+        "automatic gangs from: %s",
+        ", ".join(f"{k.api_kind} ({k.api_version(served[k.name])})" for k in owners)
+        or "no owner kind served",
+    )
 
 
-async def _synced(op: Operator) -> None:
-    """Set `op.synced` once every watch has listed; then freeze what the LISTs made and turn
-    the garbage collector back on (also if the LISTs take longer than `_GC_OFF_SECONDS`)."""
+async def _discover_later(op: Operator) -> None:
+    """Watch a kind once it is served (its CRD installed after gangsched started)."""
+    while True:
+        await asyncio.sleep(DISCOVERY_SECONDS)
+        if all(k.name in op.watching for k in TABLE if k.watched):
+            continue
+        try:
+            await _discover(op)
+        except Exception as exc:
+            log.debug("discovery failed: %s", exc)
+
+
+async def _synced(op: Operator, informers: list[Informer]) -> None:
+    """Set `op.synced` once every watch started at startup has listed; then freeze what the
+    LISTs made and turn the garbage collector back on (also if the LISTs take longer than
+    `_GC_OFF_SECONDS`)."""
     assert op.synced is not None
     started = time.monotonic()
     try:
-        while not all(op.health.snapshot()[i.resource.kind]["lists"] for i in op.informers):
+        while not all(op.health.snapshot().get(i.resource.kind, {"lists": 1})["lists"] for i in informers):
             if not gc.isenabled() and time.monotonic() - started > _GC_OFF_SECONDS:
                 gc.enable()
             await asyncio.sleep(0.05)
@@ -359,9 +339,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
     async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         _configure(settings)
         op.synced = asyncio.Event()
-        await _discover_dra(op)
-        await _discover_native_pod_groups(op)
-        await _discover_owner_kinds(op)
+        await _discover(op, startup=True)
         _start_watches(op)
         op.tasks.insert(0, asyncio.get_running_loop().create_task(_main(op), name="gangsched main"))
         if op.options.metrics_port:
@@ -458,6 +436,7 @@ async def _shutdown(op: Operator, runners: list[web.AppRunner]) -> None:
     # the fence refuses them anyway, and a backlog of them would only be refused one by one.
     await op.scheduler.stop()
     await asyncio.gather(*op.tasks, return_exceptions=True)
+    await op.live.close()
     for runner in runners:
         await runner.cleanup()
     if op.session is not None:

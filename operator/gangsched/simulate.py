@@ -2,7 +2,9 @@
 
 Reading is strict where a mistake would silently change the answer (bad quantities,
 malformed objects, invalid PodGroups exit 2 naming the file and document) and lenient
-where it cannot (unsupported kinds are skipped with one warning line).
+where it cannot (unsupported kinds are skipped with one warning line). What is read is the
+operator's table of kinds (`cluster.kinds`): an object is read when its group and kind are a
+row of it, and parsed by that row, as the operator's watches parse what they receive.
 
 PodGroups of both APIs are read: gangsched's (scheduling.gangsched.io/v1alpha1) and
 Kubernetes' own (scheduling.k8s.io/v1alpha2, whose pods name it in
@@ -29,14 +31,27 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
+from gangsched.cluster.kinds import (
+    DEVICE_CLASS,
+    NATIVE_POD_GROUP,
+    NODE,
+    OWNER_STORE_KINDS,
+    POD,
+    POD_GROUP,
+    PRIORITY_CLASS,
+    RESOURCE_CLAIM,
+    RESOURCE_CLAIM_TEMPLATE,
+    RESOURCE_SLICE,
+    for_object,
+)
+from gangsched.cluster.store import Kind, Role, key_of
 from gangsched.engine import CycleResult, DraObjects, schedule_cycle
 from gangsched.model import (
     DEFAULT_SCHEDULER_NAME,
-    GROUP,
     Key,
     ModelError,
     Node,
@@ -47,25 +62,10 @@ from gangsched.model import (
     PriorityClasses,
     QueueingStrategy,
     Reason,
-    parse_native_pod_group,
-    parse_node,
-    parse_pod,
-    parse_pod_group,
-    parse_priority_class,
 )
 from gangsched.model.common import NAMESPACE_DEFAULT
-from gangsched.model.dra import (
-    DRA_GROUP,
-    DeviceClass,
-    ResourceClaim,
-    ResourceClaimTemplate,
-    ResourceSlice,
-    parse_device_class,
-    parse_resource_claim,
-    parse_resource_claim_template,
-    parse_resource_slice,
-)
-from gangsched.model.owners import Owner, chain_kind, form_gangs, owner_kind, parse_owner
+from gangsched.model.dra import ResourceClaim, ResourceClaimTemplate
+from gangsched.model.owners import Owner, form_gangs
 from gangsched.model.owners import Waiting as GangWait
 from gangsched.occupancy import Occupancy, Waiting, automatic_owners, build, group_label, waiting_units
 
@@ -73,7 +73,7 @@ from gangsched.occupancy import Occupancy, Waiting, automatic_owners, build, gro
 _YamlLoader: type[yaml.SafeLoader] | type[yaml.CSafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 SUFFIXES = (".yaml", ".yml", ".json")
-_DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate")
+T = TypeVar("T")
 
 
 class InputError(Exception):
@@ -82,22 +82,43 @@ class InputError(Exception):
 
 @dataclass(slots=True)
 class Inputs:
-    nodes: list[Node] = field(default_factory=list)
-    pods: list[Pod] = field(default_factory=list)
-    pod_groups: list[PodGroup] = field(default_factory=list)
-    device_classes: list[DeviceClass] = field(default_factory=list)
-    resource_slices: list[ResourceSlice] = field(default_factory=list)
-    claims: list[ResourceClaim] = field(default_factory=list)
-    claim_templates: list[ResourceClaimTemplate] = field(default_factory=list)
+    """What the files hold, each object parsed by its kind of the table (`cluster.kinds`)."""
+
+    # Every object read, by kind name (`Kind.name`), in the order of the files.
+    objects: dict[str, list[Any]] = field(default_factory=dict)
     skipped: Counter[str] = field(default_factory=Counter)
     # Native PodGroups named like one of gangsched's (which is scheduled instead).
     shadowed: list[PodGroup] = field(default_factory=list)
-    # Workload owners and the links of their chains (model/owners.py).
-    owners: list[Owner] = field(default_factory=list)
     # The PodGroups automatic gangs made (also in `pod_groups`), and the pods held out of the
     # queue while theirs cannot form, with why.
     automatic: list[PodGroup] = field(default_factory=list)
     held: dict[Key, GangWait] = field(default_factory=dict)
+
+    def of(self, kind: Kind[T]) -> list[T]:
+        """The objects of `kind` read (a list the caller may replace with `set`)."""
+        found: list[T] = self.objects.get(kind.name, [])
+        return found
+
+    def set(self, kind: Kind[T], objects: list[T]) -> None:
+        self.objects[kind.name] = objects
+
+    @property
+    def nodes(self) -> list[Node]:
+        return self.of(NODE)
+
+    @property
+    def pods(self) -> list[Pod]:
+        return self.of(POD)
+
+    @property
+    def pod_groups(self) -> list[PodGroup]:
+        """The PodGroups of both APIs, one per namespace/name (`shadowed` are left out)."""
+        return [*self.of(POD_GROUP), *self.of(NATIVE_POD_GROUP)]
+
+    @property
+    def owners(self) -> list[Owner]:
+        """Workload owners and the links of their chains (model/owners.py)."""
+        return [o for kind in OWNER_STORE_KINDS for o in self.of(kind)]
 
     def missing_owners(self) -> str | None:
         """A warning naming the owners held pods wait for that the input does not hold (each
@@ -110,7 +131,7 @@ class Inputs:
                 continue
             owners[f"{ref.kind} {namespace}/{ref.name}"] = None
             group = ref.api_version.rpartition("/")[0]
-            kind = owner_kind(ref.api_version, ref.kind)
+            kind = for_object(ref.api_version, ref.kind)
             plural = kind.plural if kind is not None else f"{ref.kind.lower()}s"
             resources[f"{plural}.{group}" if group else plural] = None
         if not owners:
@@ -124,11 +145,14 @@ class Inputs:
     def dra(self) -> DraObjects | None:
         """The DRA objects, with one claim per pod and template entry as the resourceclaim
         controller would make it (named <pod>-<claim>); None without any DRA object."""
-        if not (self.device_classes or self.resource_slices or self.claims or self.claim_templates):
+        classes, slices = self.of(DEVICE_CLASS), self.of(RESOURCE_SLICE)
+        claims, templates = self.of(RESOURCE_CLAIM), self.of(RESOURCE_CLAIM_TEMPLATE)
+        if not (classes or slices or claims or templates):
             return None
-        claims = claims_from_templates(self.pods, self.claim_templates, self.claims)
         return DraObjects(
-            classes={c.name: c for c in self.device_classes}, slices=self.resource_slices, claims=claims
+            classes={c.name: c for c in classes},
+            slices=slices,
+            claims=claims_from_templates(self.pods, templates, claims),
         )
 
 
@@ -197,16 +221,6 @@ def _objects(doc: Any) -> Iterator[Mapping[str, Any]]:
     yield doc
 
 
-def _pod_group_api(obj: Mapping[str, Any]) -> PodGroupApi | None:
-    """The API of a PodGroup object by its apiVersion; None for another group or version."""
-    version = str(obj.get("apiVersion", ""))
-    if version.startswith(GROUP + "/"):
-        return PodGroupApi.GANGSCHED
-    if version == PodGroupApi.NATIVE.api_version:
-        return PodGroupApi.NATIVE
-    return None
-
-
 def _name_of(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
@@ -223,14 +237,16 @@ def _made_uid(identity: tuple[str, str, str, str]) -> str:
     return f"simulate:{group or 'core'}/{kind}/{namespace}/{name}"
 
 
-def _with_uids(raw: list[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapping[str, Any]]]:
+def _with_uids(
+    raw: list[tuple[str, Kind[Any], Mapping[str, Any]]],
+) -> list[tuple[str, Kind[Any], Mapping[str, Any]]]:
     """`raw` with the UIDs hand-written files leave out (module doc): an owner (or a pod an
     ownerReference names) without metadata.uid gets a made one; a controller ownerReference
     without a uid, or naming an object of the input that has none, gets that object's."""
     uids: dict[tuple[str, str, str, str], str] = {}
     without: set[tuple[str, str, str, str]] = set()
     named: set[tuple[str, str, str, str]] = set()  # what controller ownerReferences name
-    for _, obj in raw:
+    for _, _, obj in raw:
         meta = obj.get("metadata")
         if not isinstance(meta, Mapping):
             continue
@@ -245,15 +261,15 @@ def _with_uids(raw: list[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapp
                 _identity(ref.get("apiVersion"), ref.get("kind"), meta.get("namespace"), ref.get("name"))
             )
     out = []
-    for where, obj in raw:
+    for where, kind, obj in raw:
         meta = obj.get("metadata")
         if not isinstance(meta, Mapping):
-            out.append((where, obj))
+            out.append((where, kind, obj))
             continue
         namespace = meta.get("namespace")
         identity = _identity(obj.get("apiVersion"), obj.get("kind"), namespace, meta.get("name"))
         changed: dict[str, Any] = {}
-        owner = chain_kind(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+        owner = kind.role is Role.OWNERS
         if identity in without and (owner or identity in named):
             changed["uid"] = uids.setdefault(identity, _made_uid(identity))
         refs = meta.get("ownerReferences")
@@ -268,7 +284,7 @@ def _with_uids(raw: list[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mapp
                 new_refs.append(ref)
             if new_refs != refs:
                 changed["ownerReferences"] = new_refs
-        out.append((where, {**obj, "metadata": {**meta, **changed}} if changed else obj))
+        out.append((where, kind, {**obj, "metadata": {**meta, **changed}} if changed else obj))
     return out
 
 
@@ -282,9 +298,10 @@ def _controller_refs(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def load(paths: Sequence[Path], *, scheduler_name: str = DEFAULT_SCHEDULER_NAME) -> Inputs:
-    """Read every object; PriorityClasses are resolved before the objects that name them.
+    """Read every object of a kind of the table (`cluster.kinds.for_object`: by group and kind,
+    whatever the version); PriorityClasses are resolved before the objects that name them.
     Then the automatic gangs of `scheduler_name`'s pods are formed (`form`)."""
-    raw: list[tuple[str, Mapping[str, Any]]] = []
+    raw: list[tuple[str, Kind[Any], Mapping[str, Any]]] = []
     priorities = PriorityClasses()
     inputs = Inputs()
     for path in _files(paths):
@@ -292,74 +309,38 @@ def load(paths: Sequence[Path], *, scheduler_name: str = DEFAULT_SCHEDULER_NAME)
             where = f"{path} (document {index})"
             try:
                 for obj in _objects(doc):
-                    kind = obj.get("kind")
-                    if kind == "PriorityClass":
-                        priorities.set(parse_priority_class(obj))
-                    elif (
-                        kind in ("Node", "Pod")
-                        or (kind == "PodGroup" and _pod_group_api(obj) is not None)
-                        or (kind in _DRA_KINDS and str(obj.get("apiVersion", "")).startswith(DRA_GROUP + "/"))
-                        or chain_kind(str(obj.get("apiVersion", "")), str(kind))
-                    ):
-                        raw.append((where, obj))
+                    kind = for_object(str(obj.get("apiVersion", "")), str(obj.get("kind")))
+                    if kind is None:
+                        inputs.skipped[f"{obj.get('apiVersion', '?')}/{obj.get('kind')}"] += 1
+                    elif kind is PRIORITY_CLASS:
+                        priorities.set(PRIORITY_CLASS.parse(obj, priorities))
                     else:
-                        inputs.skipped[f"{obj.get('apiVersion', '?')}/{kind}"] += 1
+                        raw.append((where, kind, obj))
             except ModelError as exc:
                 raise InputError(f"{where}: {exc}") from None
             except (TypeError, AttributeError, ValueError) as exc:  # a shape the parsers did not foresee
                 raise InputError(f"{where}: malformed object: {exc}") from None
     # The same object twice would silently double a node or a pod: say where the first one was.
     seen: dict[tuple[str, str, str], str] = {}
-    for where, obj in _with_uids(raw):
-        kind = obj["kind"]
+    for where, kind, obj in _with_uids(raw):
+        name = obj["kind"]
         try:
-            if chain_kind(str(obj.get("apiVersion", "")), kind):
-                owner = parse_owner(obj)
-                key = (f"{owner.api_version} {kind}", owner.namespace, owner.name)
-                inputs.owners.append(owner)
-            elif kind == "Node":
-                node = parse_node(obj)
-                key = (kind, "", node.name)
-                inputs.nodes.append(node)
-            elif kind == "Pod":
-                pod = parse_pod(obj, priorities=priorities)
-                key = (kind, *pod.key)
-                inputs.pods.append(pod)
-            elif kind == "DeviceClass":
-                device_class = parse_device_class(obj)
-                key = (kind, "", device_class.name)
-                inputs.device_classes.append(device_class)
-            elif kind == "ResourceSlice":
-                resource_slice = parse_resource_slice(obj)
-                key = (kind, "", resource_slice.name)
-                inputs.resource_slices.append(resource_slice)
-            elif kind == "ResourceClaim":
-                claim = parse_resource_claim(obj)
-                key = (kind, *claim.key)
-                inputs.claims.append(claim)
-            elif kind == "ResourceClaimTemplate":
-                template = parse_resource_claim_template(obj)
-                key = (kind, *template.key)
-                inputs.claim_templates.append(template)
-            else:
-                api = _pod_group_api(obj)
-                parser = parse_native_pod_group if api is PodGroupApi.NATIVE else parse_pod_group
-                group = parser(obj, priorities=priorities)
-                if group.spec_error is not None:
-                    raise ModelError(group.spec_error)
-                key = (f"{group.api.api_version} {kind}", *group.key)
-                inputs.pod_groups.append(group)
+            parsed = kind.parse(obj, priorities)
+            if isinstance(parsed, PodGroup) and parsed.spec_error is not None:
+                raise ModelError(parsed.spec_error)
+            key = (kind.name, *key_of(obj, namespaced=kind.namespaced))
             if key in seen:
-                raise ModelError(f"duplicate of the {kind} in {seen[key]}")
+                raise ModelError(f"duplicate of the {name} in {seen[key]}")
             seen[key] = where
+            inputs.objects.setdefault(kind.name, []).append(parsed)
         except ModelError as exc:
-            raise InputError(f"{where}: {kind} {_name_of(obj)}: {exc}") from None
+            raise InputError(f"{where}: {name} {_name_of(obj)}: {exc}") from None
         except (TypeError, AttributeError, ValueError) as exc:  # a shape the parsers did not foresee
-            raise InputError(f"{where}: {kind} {_name_of(obj)}: malformed object: {exc}") from None
+            raise InputError(f"{where}: {name} {_name_of(obj)}: malformed object: {exc}") from None
     # One PodGroup per namespace/name, as the operator's cache resolves it: gangsched's wins.
-    ours = {g.key for g in inputs.pod_groups if not g.is_native}
-    inputs.shadowed = [g for g in inputs.pod_groups if g.is_native and g.key in ours]
-    inputs.pod_groups = [g for g in inputs.pod_groups if not (g.is_native and g.key in ours)]
+    ours = {g.key for g in inputs.of(POD_GROUP)}
+    inputs.shadowed = [g for g in inputs.of(NATIVE_POD_GROUP) if g.key in ours]
+    inputs.set(NATIVE_POD_GROUP, [g for g in inputs.of(NATIVE_POD_GROUP) if g.key not in ours])
     return form(inputs, scheduler_name=scheduler_name)
 
 
@@ -370,9 +351,9 @@ def form(inputs: Inputs, *, scheduler_name: str = DEFAULT_SCHEDULER_NAME) -> Inp
     if not any(p.controller is not None and p.scheduler_name == scheduler_name for p in inputs.pods):
         return inputs
     formed = form_gangs(inputs.pods, inputs.owners, inputs.pod_groups, scheduler_name=scheduler_name)
-    inputs.pods = formed.pods
+    inputs.set(POD, formed.pods)
     inputs.automatic = formed.created
-    inputs.pod_groups = [*inputs.pod_groups, *formed.created]
+    inputs.set(POD_GROUP, [*inputs.of(POD_GROUP), *formed.created])
     inputs.held = dict(formed.waiting)
     return inputs
 

@@ -5,8 +5,9 @@ serves LISTs, GETs and discovery from manifests, through the real paginator and 
 What it serves: the collections of the objects it holds (Nodes, Pods, PodGroups of either
 API, the workload owners of model/owners.py, StatefulSets), each in the group/version its
 objects name, with the label selectors (`k=v`, `k` exists) and the status.phase field
-selectors `cluster.read` sends. scheduling.k8s.io/v1alpha2 only when `native`; a collection
-named in `forbidden` answers 403, as to a user RBAC does not let list it.
+selectors `cluster.read` sends. gangsched's PodGroups always (its CRD is installed) unless
+not `crd`; scheduling.k8s.io/v1alpha2 only when `native`; a collection named in `forbidden`
+answers 403, as to a user RBAC does not let list it.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from typing import Any
 import pytest
 
 from gangsched.cluster import read
+from gangsched.model import GROUP, VERSION
 from gangsched.model.owners import OWNER_KINDS
 from gangsched.session import ApiError, Get
 from gangsched_testing.builders import Manifest
 
 NATIVE = "scheduling.k8s.io/v1alpha2"
+OURS = f"{GROUP}/{VERSION}"
 
 # Plural -> kind of every collection served.
 KINDS: Mapping[str, str] = {
@@ -61,9 +64,15 @@ class FakeApi:
     """A `read.Cluster` serving lists and objects from manifests (module doc)."""
 
     def __init__(
-        self, objects: Sequence[Manifest], *, native: bool = True, forbidden: Iterable[str] = ()
+        self,
+        objects: Sequence[Manifest],
+        *,
+        native: bool = True,
+        crd: bool = True,
+        forbidden: Iterable[str] = (),
     ) -> None:
         self.native = native
+        self.crd = crd
         self.forbidden = set(forbidden)  # plurals that answer 403
         self.objects = list(objects)
         self.paths: list[str] = []
@@ -92,7 +101,7 @@ class FakeApi:
         return version, namespace, rest[0]
 
     def _items(self, version: str, namespace: str | None, plural: str) -> list[Manifest]:
-        if version == NATIVE and not self.native:
+        if (version == NATIVE and not self.native) or (version == OURS and not self.crd):
             raise not_found()
         if plural in self.forbidden:
             raise ApiError(403, reason="Forbidden")
@@ -115,8 +124,8 @@ class FakeApi:
             version = f"{parts[1]}/{parts[2]}"
         else:
             return None
-        if version == NATIVE:
-            if not self.native:
+        if version in (NATIVE, OURS):
+            if not (self.native if version == NATIVE else self.crd):
                 raise not_found()
             return {
                 "kind": "APIResourceList",

@@ -31,7 +31,7 @@ from gangsched.model import (
 )
 from gangsched.model.dra import ConsumerRef, parse_resource_claim
 from gangsched.model.podgroup import DisruptionMode
-from gangsched.runtime import _discover_native_pod_groups
+from gangsched.runtime import _discover
 from gangsched.session import ApiError, Listing
 from gangsched.status import Verdict, build_native_status
 from gangsched_testing import dra
@@ -532,13 +532,17 @@ def test_a_condition_as_the_api_serves_it_is_not_written_again() -> None:
 
 
 class _Discovery:
+    """Discovery of a cluster with gangsched's CRD, and `answer` for scheduling.k8s.io/v1alpha2."""
+
     def __init__(self, answer: dict[str, Any] | None) -> None:
         self.answer = answer
         self.paths: list[str] = []
 
     async def get(self, path: str, query: Any = None) -> Any:
         self.paths.append(path)
-        if self.answer is None:
+        if path == "/apis/scheduling.gangsched.io/v1alpha1":
+            return {"resources": [{"name": "podgroups"}, {"name": "podgroups/status"}]}
+        if path != "/apis/scheduling.k8s.io/v1alpha2" or self.answer is None:
             raise ApiError(404, reason="Not Found")
         return self.answer
 
@@ -555,16 +559,21 @@ def test_native_podgroups_are_watched_only_where_served(
     answer: dict[str, Any] | None, served: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     transport = _Discovery(answer)
-    op = SimpleNamespace(transport=transport, cache=ClusterCache())
+    op = SimpleNamespace(transport=transport, cache=ClusterCache(), watching={})
     with caplog.at_level(logging.INFO, logger="gangsched.runtime"):
-        asyncio.run(_discover_native_pod_groups(cast(Any, op)))
-    assert transport.paths == ["/apis/scheduling.k8s.io/v1alpha2"]
+        asyncio.run(_discover(cast(Any, op), startup=True))
+    assert transport.paths.count("/apis/scheduling.k8s.io/v1alpha2") == 1
     assert op.cache.native_pod_groups is served
-    lines = [r for r in caplog.records if r.name == "gangsched.runtime"]
+    lines = [
+        r.getMessage() for r in caplog.records if r.name == "gangsched.runtime" and "native" in r.getMessage()
+    ]
     assert len(lines) == 1
-    assert lines[0].levelno == logging.INFO
     if not served:
-        assert "native PodGroups are not scheduled" in lines[0].getMessage()
+        assert "native PodGroups are not scheduled" in lines[0]
+    else:
+        assert "native PodGroups are scheduled too" in lines[0]
+    # gangsched's own CRD is served here: nothing is said about installing it.
+    assert not any("kubectl apply -f crds/" in r.getMessage() for r in caplog.records)
 
 
 # --------------------------------------------------------------------------- the loop

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from test_scheduler import Clock, FakeBinder, group, make, node, pod, settle
 
 from gangsched.cluster import ClusterCache
 from gangsched.cluster.kinds import NODE, POD, POD_GROUP
 from gangsched.cluster.store import Store
+from gangsched.model import PodGroupApi
 from gangsched_testing.builders import node_manifest, pod_group_manifest, pod_manifest
 
 
@@ -176,63 +180,90 @@ def test_a_gang_is_decided_once_its_podgroup_watch_has_listed_again() -> None:
 
 
 class _Session:
-    """LISTs answered from `lists` in turn; each watch ends at once (a dropped connection),
-    after `watches` of them the informer is cancelled."""
+    """LISTs answered from `lists` in turn; each watch as `script` says, in turn: "drop" (the
+    connection is reset as it opens), "end" (it opens and the server ends it at once), or
+    "event" (one event, then the server ends it). What the cache thought of the kind (stale
+    or current) is recorded at each call; once the script is used up the informer is
+    cancelled."""
 
-    def __init__(self, lists: list[list[dict[str, Any]]], watches: int) -> None:
+    def __init__(self, cache: ClusterCache, lists: list[list[dict[str, Any]]], script: list[str]) -> None:
+        self.cache = cache
         self.lists = lists
-        self.watches = watches
+        self.script = script
         self.calls: list[str] = []
 
+    def _state(self) -> str:
+        return "stale" if not self.cache.store.synced(POD_GROUP) else "current"
+
     async def get(self, path: str, *, query: Any = None, decode: Any = None, **_: Any) -> Any:
-        self.calls.append("LIST")
+        self.calls.append(f"LIST ({self._state()})")
         items = self.lists.pop(0) if len(self.lists) > 1 else self.lists[0]
         return {"metadata": {"resourceVersion": str(100 + len(self.calls))}, "items": items}
 
     def stream(self, path: str, *, query: Any, read_timeout: float) -> Any:
-        self.calls.append("WATCH")
         session = self
+        resumed = f" from {query['resourceVersion']}" if "resourceVersion" in query else ""
+        self.calls.append(f"WATCH{resumed} ({self._state()})")
+
+        class _Content:
+            def __init__(self, lines: list[bytes]) -> None:
+                self.lines = lines
+
+            async def iter_any(self) -> Any:
+                for line in self.lines:
+                    yield line
+                    session.calls.append(f"event read ({session._state()})")
 
         class _Stream:
             async def __aenter__(self) -> Any:
-                if session.calls.count("WATCH") > session.watches:
+                if not session.script:
                     raise asyncio.CancelledError
-                raise ConnectionResetError("dropped")
+                step = session.script.pop(0)
+                if step == "drop":
+                    raise ConnectionResetError("dropped")
+                lines = []
+                if step == "event":
+                    body = {**group(2), "metadata": {**group(2)["metadata"], "resourceVersion": "500"}}
+                    lines.append(json.dumps({"type": "MODIFIED", "object": body}).encode() + b"\n")
+                return SimpleNamespace(content=_Content(lines))
 
             async def __aexit__(self, *_: Any) -> None:
-                return None
+                session.calls.append(f"ended ({session._state()})")
 
         return _Stream()
 
 
-def test_a_strict_informer_lists_before_every_watch_and_says_when_it_lost_its_watch() -> None:
+class _Intake:
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+
+    async def event(self, kind: str, event_type: str, body: Any) -> None:
+        self.cache.apply(kind, event_type, body)
+
+    def list_start(self, kind: str) -> None:
+        self.cache.list_start(kind)
+
+    async def list_page(self, kind: str, items: Any) -> None:
+        self.cache.list_page(kind, items)
+
+    async def listed(self, kind: str, rv: str) -> None:
+        self.cache.list_end(kind, rv)
+
+    def lost(self, kind: str, why: str) -> None:
+        self.cache.lost(kind, why)
+
+    def resumed(self, kind: str) -> None:
+        self.cache.resumed(kind)
+
+
+def _inform(session: _Session, cache: ClusterCache) -> None:
     from gangsched.cluster.informer import Informer, Resource, WatchHealth
     from gangsched.handlers import KindSink
 
-    class _Intake:
-        def __init__(self, cache: ClusterCache) -> None:
-            self.cache = cache
-
-        def list_start(self, kind: str) -> None:
-            self.cache.list_start(kind)
-
-        async def list_page(self, kind: str, items: Any) -> None:
-            self.cache.list_page(kind, items)
-
-        async def listed(self, kind: str, rv: str) -> None:
-            self.cache.list_end(kind, rv)
-
-        def lost(self, kind: str) -> None:
-            self.cache.lost(kind)
-
-    cache = ClusterCache()
-    cache.expect(POD_GROUP.name)
-    intake = _Intake(cache)
-    session = _Session([[group(2)], []], watches=2)
     informer = Informer(
         session=session,  # type: ignore[arg-type]
-        resource=Resource(POD_GROUP.name, "/apis/x", strict=True),
-        sink=KindSink(intake, POD_GROUP.name),  # type: ignore[arg-type]
+        resource=Resource(POD_GROUP.name, "/apis/x"),
+        sink=KindSink(_Intake(cache), POD_GROUP.name),  # type: ignore[arg-type]
         health=WatchHealth(),
         backoff_initial=0.001,
         backoff_max=0.001,
@@ -243,9 +274,80 @@ def test_a_strict_informer_lists_before_every_watch_and_says_when_it_lost_its_wa
             await informer.run()
 
     asyncio.run(run())
-    assert session.calls == ["LIST", "WATCH", "LIST", "WATCH", "LIST", "WATCH"]
-    assert not cache.pod_groups_synced()  # the last watch ended: unsynced until the next LIST
-    assert not cache.pod_groups  # the second LIST no longer held the group
+
+
+def test_after_a_failed_watch_the_kind_is_stale_until_listed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33.0: a watch that fails is never resumed: whatever happened while it was down
+    (a node deleted, a PodGroup deleted) is read whole again, and nothing held of the kind is
+    trusted from the moment it failed until that LIST is in."""
+    from gangsched.cluster import informer
+
+    monkeypatch.setattr(informer, "_WATCH_SECONDS", (60, 60))  # a watch that ends at once ended early
+    cache = ClusterCache()
+    cache.expect(POD_GROUP.name)
+    session = _Session(cache, [[group(2)], []], ["drop", "end"])
+    _inform(session, cache)
+    assert session.calls == [
+        "LIST (stale)",
+        "WATCH from 101 (current)",  # opened right after its LIST
+        "LIST (stale)",  # reset: listed again, not resumed
+        "WATCH from 103 (current)",
+        "ended (stale)",  # it ended before its timeout: stale, and listed again
+        "LIST (stale)",
+        "WATCH from 106 (current)",
+    ]
+    assert not cache.pod_group_of(("ml", "g"), PodGroupApi.GANGSCHED)  # the second LIST no longer held it
+
+
+def test_a_watch_the_server_ended_on_time_is_resumed_and_current_once_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gangsched.cluster import informer
+
+    monkeypatch.setattr(informer, "_WATCH_SECONDS", (0, 0))  # every watch ends on time
+    monkeypatch.setattr(informer, "_RESUMED_AFTER", 60.0)  # only an event shows it current
+    cache = ClusterCache()
+    cache.expect(POD_GROUP.name)
+    session = _Session(cache, [[group(2)]], ["end", "event", "end"])
+    _inform(session, cache)
+    assert session.calls == [
+        "LIST (stale)",
+        "WATCH from 101 (current)",
+        "ended (stale)",  # ended on time: stale until the resumed watch shows it current
+        "WATCH from 101 (stale)",  # resumed, no LIST
+        "event read (current)",  # its first event shows it current
+        "ended (stale)",
+        "WATCH from 500 (stale)",
+        "ended (stale)",
+        "WATCH from 500 (stale)",
+    ]
+    assert cache.pod_groups[("ml", "g")].resource_version == "500"
+
+
+def test_holds_name_the_stale_kinds_and_the_decisions_they_hold() -> None:
+    cache = ClusterCache()
+    assert not cache.holds()
+    cache.expect("nodes")
+    cache.expect(POD_GROUP.name)
+    holds = cache.holds()
+    assert [holds.everything, holds.groups, holds.devices, holds.preemption, holds.formation] == [True] * 5
+    cache.replace("nodes", [], "1")
+    holds = cache.holds()
+    assert [holds.everything, holds.groups, holds.devices, holds.preemption, holds.formation] == [
+        False,
+        True,
+        False,
+        False,
+        True,
+    ]
+    assert holds.why().startswith(f"{POD_GROUP.name}: not listed yet (")
+    cache.replace(POD_GROUP.name, [], "1")
+    cache.lost("resourceslices", "its watch is down (ConnectionResetError)")
+    holds = cache.holds()
+    assert [holds.devices, holds.groups, holds.everything] == [True, False, False]
+    assert "resourceslices: its watch is down (ConnectionResetError)" in holds.why()
+    cache.resumed("resourceslices")
+    assert not cache.holds()
 
 
 def test_a_list_read_page_by_page_is_a_replace() -> None:

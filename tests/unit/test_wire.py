@@ -225,6 +225,9 @@ class _Scheduler:
     def wake(self, group: Any = None) -> None:
         pass
 
+    def report(self, group: Any) -> None:
+        pass
+
     def forget_group(self, key: Any) -> None:
         pass
 
@@ -252,7 +255,7 @@ def read_pod_everywhere(body: Mapping[str, Any]) -> Recorder:
             intake, _ = _intake(delay=delay)
             await intake.replace("pods", [wrap(body, (), recorder)], "1")
             for event_type in ("ADDED", "MODIFIED", "DELETED"):
-                await intake.pod(event_type, wrap(body, (), recorder))
+                intake.pod(event_type, wrap(body, (), recorder))
             await asyncio.sleep(0.01)  # the late events' tasks
 
     asyncio.run(run())
@@ -538,6 +541,12 @@ class _Sink:
         pass
 
     async def listed(self, resource_version: str) -> None:
+        pass
+
+    def lost(self, why: str) -> None:
+        pass
+
+    def resumed(self) -> None:
         pass
 
 

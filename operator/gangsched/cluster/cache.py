@@ -30,6 +30,7 @@ import dataclasses
 import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass
 from typing import Any
 
 from gangsched.cluster.assumptions import Assumptions
@@ -37,6 +38,7 @@ from gangsched.cluster.devices import DeviceCache
 from gangsched.cluster.kinds import (
     BUDGET,
     KINDS,
+    NATIVE_POD_GROUP,
     NODE,
     OWNER_STORE_KINDS,
     POD,
@@ -46,7 +48,7 @@ from gangsched.cluster.kinds import (
     RESOURCE_CLAIM,
 )
 from gangsched.cluster.snapshots import NodeInfos
-from gangsched.cluster.store import Body, ByName, Change, Kind, Store, key_of
+from gangsched.cluster.store import Body, ByName, Change, Kind, Role, Store, key_of
 from gangsched.cluster.writes import WriteTracker
 from gangsched.engine import BoundPods
 from gangsched.engine.preemption import SYSTEM_CRITICAL
@@ -54,7 +56,52 @@ from gangsched.model import POD_GROUP_LABEL, Key, Node, Pod, PodGroup, PodGroupA
 from gangsched.model.owners import Owner, pod_as_owner
 from gangsched.model.pdb import DisruptionBudget
 
-__all__ = ["ClusterCache", "Key"]
+__all__ = ["NO_HOLDS", "ClusterCache", "Holds", "Key"]
+
+
+@dataclass(frozen=True, slots=True)
+class Holds:
+    """The decisions that must wait because a kind they read is stale (`store.Role`), with why:
+    a node deleted, a pod created, a slice removed while a watch was down are not seen until
+    that kind is listed again, and a decision made meanwhile could bind a gang to nodes that
+    no longer exist (docs/architecture.md "Never deciding on a stale view")."""
+
+    stale: Mapping[Role, str]
+
+    @property
+    def everything(self) -> bool:
+        """Pods, Nodes or PriorityClasses: every decision reads them."""
+        return Role.CLUSTER in self.stale
+
+    @property
+    def groups(self) -> bool:
+        """Decisions on PodGroups, repairs of partial gangs."""
+        return self.everything or Role.POD_GROUPS in self.stale
+
+    @property
+    def devices(self) -> bool:
+        """Decisions of groups whose pods or PodGroup have claims; claim housekeeping."""
+        return self.everything or Role.DEVICES in self.stale
+
+    @property
+    def preemption(self) -> bool:
+        """The choice of victims (budgets)."""
+        return self.everything or Role.BUDGETS in self.stale
+
+    @property
+    def formation(self) -> bool:
+        """Automatic gangs: the owners their pods' chains pass through, and their PodGroups."""
+        return self.groups or Role.OWNERS in self.stale
+
+    def why(self, *roles: Role) -> str:
+        """The stale kinds behind `roles` (default: all), with why and for how long."""
+        return "; ".join(text for role, text in self.stale.items() if not roles or role in roles)
+
+    def __bool__(self) -> bool:
+        return bool(self.stale)
+
+
+NO_HOLDS = Holds({})
 
 
 class ClusterCache:
@@ -62,13 +109,14 @@ class ClusterCache:
     showed them, with our bindings and allocations assumed over them."""
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.store = Store()
+        self.store = Store(clock=clock)
         self.assumptions = Assumptions(clock=clock)
         self.writes = WriteTracker()
         self.devices = DeviceCache(self.store)
         self.node_infos = NodeInfos()
-        # Whether the API serves scheduling.k8s.io/v1alpha2 PodGroups (checked at startup).
-        self.native_pod_groups = False
+        # The version the API serves of each kind read (kind name -> version), as discovery
+        # found it: what the operator watches and the look-only commands list (`serve`).
+        self.served: dict[str, str] = {}
         # One PodGroup per namespace/name: gangsched's, else the native one (module doc).
         self._pod_groups: dict[Key, PodGroup] = {}
         self._shadowed: dict[Key, PodGroup] = {}
@@ -94,14 +142,17 @@ class ClusterCache:
 
     # ------------------------------------------------------------------ feeding
 
-    def apply(self, kind: str, event_type: str | None, body: Body) -> None:
-        """One watch event (or object read live) of the kind named `kind` (`cluster.kinds`)."""
+    def apply(self, kind: str, event_type: str | None, body: Body) -> bool:
+        """One watch event (or object read live) of the kind named `kind` (`cluster.kinds`).
+        True when it changed what a decision reads (the generation moved)."""
         of = KINDS[kind]
+        generation = self.generation
         change = self.store.apply(of, event_type, body)
         if of is RESOURCE_CLAIM:
             self._claim_watched(key_of(body), None if event_type == "DELETED" else body)
         if change is not None:
             self._changed(of, [change])
+        return self.generation != generation
 
     def remove(self, kind: str, key: Key) -> None:
         """The object is gone (a live read found none)."""
@@ -132,6 +183,10 @@ class ClusterCache:
                 self._claim_watched(key_of(item), item)
         self._changed(of, changes)
 
+    def keep_listed(self, kind: str, keys: Iterable[Key]) -> None:
+        """The LIST in progress counts `keys` as held (`store.Store.keep_listed`)."""
+        self.store.keep_listed(KINDS[kind], keys)
+
     def listing(self, kind: str) -> Set[Key]:
         """The keys the LIST of `kind` in progress held so far."""
         return self.store.listing(KINDS[kind])
@@ -154,18 +209,54 @@ class ClusterCache:
         self.devices.watched_claim(key, body)
         self.writes.claim_observed(key, None if body is None else self.devices.seen_rv(key))
 
+    def serve(self, kind: str, version: str) -> None:
+        """The API serves `kind` at `version`: it is read (watched, or listed once)."""
+        self.served[kind] = version
+        if KINDS[kind].role is Role.DEVICES:
+            self.devices.enabled = True
+
+    @property
+    def native_pod_groups(self) -> bool:
+        """Does the API serve Kubernetes' own PodGroups (scheduling.k8s.io)?"""
+        return NATIVE_POD_GROUP.name in self.served
+
     def expect(self, kind: str) -> None:
-        """`kind` is watched: decisions that depend on it wait for its first LIST."""
+        """`kind` is watched: decisions that read it wait for its first LIST."""
         self.store.expect(KINDS[kind])
 
-    def lost(self, kind: str) -> None:
-        """`kind`'s watch ended: it may be stale until its next LIST."""
-        self.store.lost(KINDS[kind])
+    def lost(self, kind: str, why: str = "its watch ended") -> None:
+        """`kind`'s watch ended: it may be stale until it is listed (or resumed on time)."""
+        self.store.lost(KINDS[kind], why)
+
+    def resumed(self, kind: str) -> None:
+        """`kind`'s watch was resumed right after the server ended it on time: current again."""
+        self.store.resumed(KINDS[kind])
+
+    def unwatched(self, kind: str) -> None:
+        """`kind` is not served any more: what was held of it is gone, nothing waits for it."""
+        of = KINDS[kind]
+        self.served.pop(kind, None)
+        if of.role is Role.DEVICES:
+            self.devices.enabled = any(KINDS[name].role is Role.DEVICES for name in self.served)
+        self.store.unwatched(of)
+        self.list_start(kind)
+        self.list_end(kind, "")
+
+    def holds(self) -> Holds:
+        """Which decisions must wait now because a kind they read is stale, and why."""
+        stale = self.store.stale()
+        if not stale:
+            return NO_HOLDS
+        now = self.store.clock()
+        why: dict[Role, list[str]] = {}
+        for name, state in sorted(stale.items()):
+            why.setdefault(KINDS[name].role, []).append(f"{name}: {state.why} ({now - state.since:.0f}s)")
+        return Holds({role: "; ".join(texts) for role, texts in why.items()})
 
     def pod_groups_synced(self) -> bool:
-        """Has every PodGroup kind been listed since its watch last ended? Until then a PodGroup
-        held may have been deleted meanwhile, and no decision may rest on it."""
-        return all(self.store.synced(kind) for kind in POD_GROUP_KINDS.values())
+        """Is every kind a decision on a PodGroup reads current? Until then a PodGroup (or a
+        node, a pod) held may have been deleted meanwhile, and no decision may rest on it."""
+        return not self.holds().groups
 
     def _changed(self, kind: Kind[Any], changes: Iterable[Change[Any]]) -> None:
         if kind is POD:
@@ -468,10 +559,6 @@ class ClusterCache:
         if group is not None and group.api != pod.pod_group_api:
             return None
         return key
-
-    def owner_kinds_synced(self) -> bool:
-        """Has every watched owner kind listed since its watch last ended?"""
-        return all(self.store.synced(kind) for kind in OWNER_STORE_KINDS)
 
     def pods_for_engine(self) -> list[Pod]:
         """Every pod, with assumed bindings applied (bound once, never pending twice) and

@@ -15,9 +15,15 @@ holding capacity, nodes taking bindings) for good. An informer here
 - backs off exponentially (0.2 s to 5 s) on any error, forever, and says in `WatchHealth`
   since when it has been down, which the liveness probe turns into "unhealthy" past a budget;
 - applies events one at a time in stream order: nothing is lost or reordered;
-- for a `strict` resource (PodGroups), lists before every watch and tells its sink `lost`
-  the moment a watch ends, so the cache knows the kind may be stale until that LIST is in
-  (a resumed watch replays what was missed, but nothing says when the replay is over);
+- tells its sink `lost` the moment a watch ends, however it ends: what the kind holds may be
+  stale from then on. Only a watch the server ended on time (its timeoutSeconds) is resumed
+  from the last version, and the sink is told `resumed` once the new stream is open (what came
+  in between is replayed first, as events in flight always are). After anything else (an
+  error, a reset, a stream ended early, 410) the kind is listed again before it is watched:
+  a resumed watch would replay what was missed, but nothing says when that replay is over,
+  and a decision made meanwhile reads a view an outage left stale (a node deleted while the
+  watch was down would take a gang). A LIST says it: the sink's `listed`;
+- raises `NotServedError` when the API answers 404 (a CRD deleted): the caller stops watching;
 - decodes with the resource's `cluster.wire` codec: msgspec, and for Pods and Nodes only the
   fields the model reads (docs/benchmarks.md "Watch intake").
 
@@ -44,6 +50,14 @@ log = logging.getLogger(__name__)
 # The apiserver ends a watch after timeoutSeconds (drawn per watch, so the watches opened
 # together do not all reconnect together); we then resume from the last version.
 _WATCH_SECONDS = (60, 75)
+# A watch that lasted this much less (or more) than its timeoutSeconds did not end on the
+# server's terms (the server is going away, a proxy cut or stalled it): the kind is listed
+# again before it is trusted.
+_ON_TIME_SLACK = 5.0
+# A resumed stream is current once its first event is read, or once it has been open this long
+# without one (a quiet kind): an apiserver that restarted meanwhile answers a resumed watch with
+# an immediate ERROR 410, which must not count as current even for an instant.
+_RESUMED_AFTER = 0.5
 # A watch silent this long past its timeoutSeconds is dead. Not less: the apiserver sends
 # bookmarks only for a kind it has seen an event of since it started, so on a fresh or quiet
 # cluster a healthy watch of PriorityClasses, DeviceClasses, ... carries nothing at all
@@ -67,8 +81,11 @@ class Sink(Protocol):
         """The LIST at `resource_version` is all in: the kind is exactly what its pages held,
         what else is held vanished."""
 
-    def lost(self) -> None:
-        """The watch ended: until the next `replace`, what is held may be stale."""
+    def lost(self, why: str) -> None:
+        """The watch ended: until the kind is listed or `resumed`, what is held may be stale."""
+
+    def resumed(self) -> None:
+        """A watch the server ended on time is open again from the last version: current."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,15 +93,12 @@ class Resource:
     """A watched collection: `kind` names it in logs and health, `path` is its cluster-wide URL.
 
     `codec` decodes its LIST pages and watch events; by default the projection `cluster.wire`
-    has for `path` (Pods, Nodes), else every field. `strict`: every watch starts with a LIST
-    and its end is reported to the sink (`Sink.lost`), for kinds no decision may rest on
-    while they may be stale (PodGroups: few objects, a LIST costs little)."""
+    has for `path` (Pods, Nodes), else every field."""
 
     kind: str
     path: str
     query: Mapping[str, str] = field(default_factory=dict)
     codec: Codec | None = None
-    strict: bool = False
 
     @property
     def decoder(self) -> Codec:
@@ -122,6 +136,10 @@ class WatchHealth:
     def listed(self, kind: str) -> None:
         self._states.setdefault(kind, _State()).relists += 1
 
+    def forget(self, kind: str) -> None:
+        """`kind` is not watched any more (not served): its health is no one's concern."""
+        self._states.pop(kind, None)
+
     def down_for(self, kind: str) -> float:
         state = self._states.get(kind)
         if state is None or state.down_since is None:
@@ -147,6 +165,10 @@ class _GoneError(Exception):
     """The watch's resourceVersion is too old (410): list again."""
 
 
+class NotServedError(Exception):
+    """The API does not serve the resource (404): its CRD was deleted, or never installed."""
+
+
 class Informer:
     def __init__(
         self,
@@ -168,32 +190,37 @@ class Informer:
         health.register(resource.kind)
 
     async def run(self) -> None:
-        """List and watch until cancelled; errors back off and retry, forever."""
+        """List and watch until cancelled; errors back off and retry, forever. Raises
+        `NotServedError` when the API no longer serves the resource."""
         delay = self.backoff_initial
         kind = self.resource.kind
-        strict = self.resource.strict
         while True:
             try:
-                if self.resource_version is None or strict:
+                if self.resource_version is None:
                     await self._list()
-                try:
-                    await self._watch()
-                finally:
-                    if strict:
-                        self.sink.lost()
+                if not await self._watch():
+                    log.info("%s: the watch ended early; listing again", kind)
+                    self.resource_version = None
                 delay = self.backoff_initial
             except asyncio.CancelledError:
+                raise
+            except NotServedError:
+                self.sink.lost("not served")
                 raise
             except _GoneError:
                 log.info(
                     "%s: resourceVersion %s is too old (410); listing again", kind, self.resource_version
                 )
+                self.sink.lost("its watch expired (410); listing again")
                 self.resource_version = None
             except Exception as exc:
                 error = str(exc) if isinstance(exc, ApiError) else f"{type(exc).__name__}: {exc}"
                 if self.health.down_for(kind) == 0.0:
                     log.warning("%s watch failed: %s; retrying", kind, error)
                 self.health.down(kind, error)
+                self.sink.lost(f"its watch is down ({error})")
+                # Whatever happened while it was down is read whole again, not replayed.
+                self.resource_version = None
                 await asyncio.sleep(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, self.backoff_max)
 
@@ -205,16 +232,24 @@ class Informer:
 
         resource_version = ""
         self.sink.list_start()
-        async for page in list_pages(get, self.resource.path, self.resource.query):
-            if page.restarted:
-                self.sink.list_start()
-            await self.sink.list_page(page.items)
-            resource_version = page.resource_version
+        try:
+            async for page in list_pages(get, self.resource.path, self.resource.query):
+                if page.restarted:
+                    self.sink.list_start()
+                await self.sink.list_page(page.items)
+                resource_version = page.resource_version
+        except ApiError as exc:
+            if exc.status == 404:
+                raise NotServedError(str(exc)) from None
+            raise
         await self.sink.listed(resource_version)
         self.resource_version = resource_version
         self.health.listed(self.resource.kind)
 
-    async def _watch(self) -> None:
+    async def _watch(self) -> bool:
+        """One watch from the version held, until it ends; True when the server ended it on
+        time (its timeoutSeconds), so that it may be resumed. The sink is told `lost` when it
+        ends, however it ends, and `resumed` when a resumed watch is open."""
         seconds = random.randint(*_WATCH_SECONDS)
         query = {
             **self.resource.query,
@@ -224,18 +259,31 @@ class Informer:
         }
         if self.resource_version:
             query["resourceVersion"] = self.resource_version
+        started = time.monotonic()
         try:
             async with self.session.stream(
                 self.resource.path, query=query, read_timeout=seconds + _READ_SLACK
             ) as response:
                 self.health.up(self.resource.kind)
-                await self._read(response)
+                resumed = asyncio.get_running_loop().call_later(_RESUMED_AFTER, self.sink.resumed)
+                try:
+                    await self._read(response, resumed)
+                finally:
+                    resumed.cancel()
+                    self.sink.lost("its watch ended; resuming it")
         except ApiError as exc:
             if exc.status == 410:
                 raise _GoneError from None
+            if exc.status == 404:
+                raise NotServedError(str(exc)) from None
             raise
+        return abs(time.monotonic() - started - seconds) <= _ON_TIME_SLACK
 
-    async def _read(self, response: aiohttp.ClientResponse) -> None:
+    async def _read(
+        self, response: aiohttp.ClientResponse, resumed: asyncio.TimerHandle | None = None
+    ) -> None:
+        """Apply the stream's events in order; the first one that is not an ERROR fires
+        `resumed` (the sink's, otherwise due `_RESUMED_AFTER` after the stream opened)."""
         decode = self.resource.decoder.event
         async for line in _lines(response):
             event = decode(line)
@@ -245,6 +293,11 @@ class Informer:
                 if obj.get("code") == 410:
                     raise _GoneError
                 raise ApiError(int(obj.get("code") or 500), str(obj.get("message") or obj))
+            if resumed is not None:
+                if not resumed.cancelled():
+                    resumed.cancel()
+                    self.sink.resumed()
+                resumed = None
             version = (obj.get("metadata") or {}).get("resourceVersion")
             if event_type in ("ADDED", "MODIFIED", "DELETED"):
                 await self.sink.apply(event_type, obj)

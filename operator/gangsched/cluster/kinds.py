@@ -1,7 +1,15 @@
-"""The kinds the cache holds, as `store.Kind`s: how each body is parsed, what of it counts.
+"""The one table of kinds: every kind gangsched reads, as a `store.Kind` row.
 
-`KINDS` maps a collection's name (what informers, `observed_rv` and /debug/cache call it)
-to its kind, so the watches feed every kind through one `ClusterCache.apply`/`replace`.
+A row says where the kind is served (group, versions newest first, plural, selector), when it
+is watched (always, or where discovery finds it), what it is for (`Role`: which decisions wait
+while it is stale), the RBAC verbs gangsched uses on it, how a body is parsed and what of it
+counts as a change. Everything that lists kinds reads this table: the operator's watches
+(`runtime`), the look-only commands' LIST (`cluster.read`), the RBAC table (`apis.USED_APIS`)
+and `simulate`'s loader (`for_object`). Adding a kind is one row here (and its parser in
+`model`); docs/architecture.md shows the last one added.
+
+`KINDS` maps a collection's name (what informers, `observed_rv` and /debug/cache call it) to
+its row, so the watches feed every kind through one `ClusterCache.apply`/`replace`.
 """
 
 from __future__ import annotations
@@ -12,8 +20,12 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from gangsched.cluster.store import Body, Kind
+from gangsched.cluster.store import Body, Kind, Role, Served
 from gangsched.model import (
+    GROUP,
+    LIVE_PODS_SELECTOR,
+    PLURAL,
+    VERSION,
     Node,
     Pod,
     PodGroup,
@@ -26,15 +38,19 @@ from gangsched.model import (
     parse_pod_group,
     parse_priority_class,
 )
+from gangsched.model.common import NATIVE_GROUP, NATIVE_PLURAL, NATIVE_VERSION
 from gangsched.model.dra import (
+    DRA_GROUP,
     DeviceClass,
     ResourceClaim,
+    ResourceClaimTemplate,
     ResourceSlice,
     parse_device_class,
     parse_resource_claim,
+    parse_resource_claim_template,
     parse_resource_slice,
 )
-from gangsched.model.owners import LWS_NAME_LABEL, OWNER_KINDS, Owner, OwnerKind, parse_owner
+from gangsched.model.owners import LEADERWORKERSET, LWS_NAME_LABEL, OWNER_KINDS, Owner, OwnerKind, parse_owner
 from gangsched.model.pdb import DisruptionBudget, parse_disruption_budget
 from gangsched.model.pod import with_status
 
@@ -149,35 +165,88 @@ def _ignore_priorities(parse: Callable[[Body], T]) -> Callable[[Body, PriorityCl
     return parse_alone
 
 
+_DRA_WHEN = "DRA, when served"
+_DRA_VERSION = "v1"
+_NATIVE_WHEN = f"when {NATIVE_GROUP}/{NATIVE_VERSION} is served"
+
 POD: Kind[Pod] = Kind(
     "pods",
     lambda body, priorities: parse_pod(body, priorities=priorities),
+    plural="pods",
+    api_kind="Pod",
+    # Finished pods hold no capacity and are most pods of a batch cluster; finished members
+    # of our groups are read apart (`cluster.live`).
+    query={"fieldSelector": LIVE_PODS_SELECTOR},
+    verbs=("get", "list", "watch", "patch", "delete"),
+    subresources=(("status", ("patch",)),),
     view=_pod_view,
     digest=_pod_digest,
     refresh=with_status,
 )
-NODE: Kind[Node] = Kind("nodes", _ignore_priorities(parse_node), namespaced=False)
+NODE: Kind[Node] = Kind(
+    "nodes", _ignore_priorities(parse_node), plural="nodes", api_kind="Node", namespaced=False
+)
+PRIORITY_CLASS: Kind[PriorityClass] = Kind(
+    "priorityclasses",
+    _ignore_priorities(parse_priority_class),
+    group="scheduling.k8s.io",
+    plural="priorityclasses",
+    api_kind="PriorityClass",
+    namespaced=False,
+)
 POD_GROUP: Kind[PodGroup] = Kind(
     "podgroups",
     lambda body, priorities: parse_pod_group(body, priorities=priorities),
+    group=GROUP,
+    versions=(VERSION,),
+    plural=PLURAL,
+    api_kind="PodGroup",
+    role=Role.POD_GROUPS,
+    # Served once its CRD is installed (crds/): until then lone pods are scheduled.
+    served=Served.DISCOVERED,
+    verbs=("list", "watch", "create", "delete"),
+    subresources=(("status", ("patch",)),),
+    when="once its CRD is installed (crds/)",
     view=_pod_group_view,
     keep_body=_pod_group_body,
 )
 NATIVE_POD_GROUP: Kind[PodGroup] = Kind(
     PodGroupApi.NATIVE.resource,
     lambda body, priorities: parse_native_pod_group(body, priorities=priorities),
+    group=NATIVE_GROUP,
+    versions=(NATIVE_VERSION,),
+    plural=NATIVE_PLURAL,
+    api_kind="PodGroup",
+    role=Role.POD_GROUPS,
+    served=Served.DISCOVERED,
+    optional=True,
+    verbs=("get", "list", "watch"),
+    subresources=(("status", ("patch",)),),
+    when=_NATIVE_WHEN,
     view=_pod_group_view,
     keep_body=_pod_group_body,
 )
-PRIORITY_CLASS: Kind[PriorityClass] = Kind(
-    "priorityclasses", _ignore_priorities(parse_priority_class), namespaced=False
-)
 BUDGET: Kind[DisruptionBudget] = Kind(
-    "poddisruptionbudgets", _ignore_priorities(parse_disruption_budget), errors=_READER_ERRORS
+    "poddisruptionbudgets",
+    _ignore_priorities(parse_disruption_budget),
+    group="policy",
+    plural="poddisruptionbudgets",
+    api_kind="PodDisruptionBudget",
+    role=Role.BUDGETS,
+    optional=True,
+    errors=_READER_ERRORS,
 )
 DEVICE_CLASS: Kind[DeviceClass] = Kind(
     DEVICE_CLASSES,
     _ignore_priorities(parse_device_class),
+    group=DRA_GROUP,
+    versions=(_DRA_VERSION,),
+    plural=DEVICE_CLASSES,
+    api_kind="DeviceClass",
+    role=Role.DEVICES,
+    served=Served.DISCOVERED,
+    optional=True,
+    when=_DRA_WHEN,
     namespaced=False,
     view=_without_version,
     keep_equal=True,  # device tables and selector answers are cached by the object
@@ -186,13 +255,50 @@ DEVICE_CLASS: Kind[DeviceClass] = Kind(
 RESOURCE_SLICE: Kind[ResourceSlice] = Kind(
     RESOURCE_SLICES,
     _ignore_priorities(parse_resource_slice),
+    group=DRA_GROUP,
+    versions=(_DRA_VERSION,),
+    plural=RESOURCE_SLICES,
+    api_kind="ResourceSlice",
+    role=Role.DEVICES,
+    served=Served.DISCOVERED,
+    optional=True,
+    when=_DRA_WHEN,
     namespaced=False,
     view=_without_version,
     keep_equal=True,
     errors=_READER_ERRORS,
 )
 RESOURCE_CLAIM: Kind[ResourceClaim] = Kind(
-    RESOURCE_CLAIMS, _ignore_priorities(parse_resource_claim), view=_claim_view, errors=_READER_ERRORS
+    RESOURCE_CLAIMS,
+    _ignore_priorities(parse_resource_claim),
+    group=DRA_GROUP,
+    versions=(_DRA_VERSION,),
+    plural=RESOURCE_CLAIMS,
+    api_kind="ResourceClaim",
+    role=Role.DEVICES,
+    served=Served.DISCOVERED,
+    optional=True,
+    verbs=("get", "list", "watch", "patch", "create", "delete"),
+    subresources=(("status", ("patch",)), ("binding", ("patch",))),
+    when=_DRA_WHEN,
+    view=_claim_view,
+    errors=_READER_ERRORS,
+)
+# Not watched: a PodGroup's or pod's template is read when a claim is made from it; `simulate`
+# reads them from its files.
+RESOURCE_CLAIM_TEMPLATE: Kind[ResourceClaimTemplate] = Kind(
+    "resourceclaimtemplates",
+    _ignore_priorities(parse_resource_claim_template),
+    group=DRA_GROUP,
+    versions=(_DRA_VERSION,),
+    plural="resourceclaimtemplates",
+    api_kind="ResourceClaimTemplate",
+    role=Role.DEVICES,
+    served=Served.DISCOVERED,
+    watched=False,
+    verbs=("get",),
+    when=_DRA_WHEN,
+    errors=_READER_ERRORS,
 )
 
 
@@ -218,14 +324,41 @@ def _owner_parser(api_version: str, kind: str) -> Callable[[Body, PriorityClasse
     return parse
 
 
-OWNERS: Mapping[OwnerKind, Kind[Owner]] = {
-    k: Kind(owner_collection(k), _owner_parser(k.api_version, k.kind), errors=_READER_ERRORS)
-    for k in OWNER_KINDS
-}
+def _owner_row(kind: OwnerKind) -> Kind[Owner]:
+    group, _, version = kind.api_version.rpartition("/")
+    return Kind(
+        owner_collection(kind),
+        _owner_parser(kind.api_version, kind.kind),
+        group=group,
+        versions=(version,),
+        plural=kind.plural,
+        api_kind=kind.kind,
+        role=Role.OWNERS,
+        # Jobs are always served; served or not, each kind is found by discovery.
+        served=Served.DISCOVERED,
+        optional=True,
+        verbs=("get", "list", "watch"),
+        when="automatic gangs, when served",
+        errors=_READER_ERRORS,
+    )
+
+
+OWNERS: Mapping[OwnerKind, Kind[Owner]] = {k: _owner_row(k) for k in OWNER_KINDS}
 LWS_STATEFULSETS: Kind[Owner] = Kind(
-    "statefulsets.apps", _owner_parser("apps/v1", "StatefulSet"), errors=_READER_ERRORS
+    "statefulsets.apps",
+    _owner_parser("apps/v1", "StatefulSet"),
+    group="apps",
+    plural="statefulsets",
+    api_kind="StatefulSet",
+    role=Role.OWNERS,
+    served=Served.DISCOVERED,
+    query={"labelSelector": LWS_NAME_LABEL},
+    optional=True,
+    when=f"automatic gangs, when {LEADERWORKERSET.kind} is served",
+    errors=_READER_ERRORS,
 )
-LWS_STATEFULSET_SELECTOR = LWS_NAME_LABEL
+# A kind watched only where another one is: the LeaderWorkerSet's StatefulSets.
+WATCHED_WITH: Mapping[str, Kind[Any]] = {LWS_STATEFULSETS.name: OWNERS[LEADERWORKERSET]}
 OWNER_STORE_KINDS: tuple[Kind[Owner], ...] = (*OWNERS.values(), LWS_STATEFULSETS)
 
 POD_GROUP_KINDS: Mapping[PodGroupApi, Kind[PodGroup]] = {
@@ -233,16 +366,25 @@ POD_GROUP_KINDS: Mapping[PodGroupApi, Kind[PodGroup]] = {
     PodGroupApi.NATIVE: NATIVE_POD_GROUP,
 }
 
-_ALL: tuple[Kind[Any], ...] = (
-    POD,
+# The table, in the order things are listed (PriorityClasses before what names them).
+TABLE: tuple[Kind[Any], ...] = (
+    PRIORITY_CLASS,
     NODE,
+    POD,
     POD_GROUP,
     NATIVE_POD_GROUP,
-    PRIORITY_CLASS,
     BUDGET,
     DEVICE_CLASS,
     RESOURCE_SLICE,
     RESOURCE_CLAIM,
+    RESOURCE_CLAIM_TEMPLATE,
     *OWNER_STORE_KINDS,
 )
-KINDS: Mapping[str, Kind[Any]] = {kind.name: kind for kind in _ALL}
+KINDS: Mapping[str, Kind[Any]] = {kind.name: kind for kind in TABLE}
+_BY_TYPE: Mapping[tuple[str, str], Kind[Any]] = {(kind.group, kind.api_kind): kind for kind in TABLE}
+
+
+def for_object(api_version: str, kind: str) -> Kind[Any] | None:
+    """The row of an object of this apiVersion and kind: by group and kind, at any version (a
+    file written against another served version is read as the API would serve it)."""
+    return _BY_TYPE.get((api_version.rpartition("/")[0], kind))

@@ -2,7 +2,8 @@
 
 - priming: finished members of our groups, which no watch carries, before the first decision;
 - a group whose writes the watch has not echoed in time is read live (KEP-5647 fallback);
-- a pod that leaves the watch of unfinished pods is read to tell "finished" from "deleted";
+- a member of ours that leaves the watch of unfinished pods is read, in the background, to tell
+  "finished" from "deleted" (`pod_left`: the watch handler never waits for it);
 - finished members of our groups, which the watch does not carry, are re-listed now and then;
 - after a Binding conflict the pod is re-read: believe the server, not the cache.
 
@@ -11,14 +12,15 @@ Everything read is applied to the cache here, so other modules never feed it by 
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from gangsched.cluster.cache import ClusterCache, Key
 from gangsched.cluster.devices import RESOURCE_CLAIMS, claim_path
 from gangsched.cluster.kinds import POD
-from gangsched.model import POD_GROUP_LABEL, TERMINAL_PHASES, ModelError
+from gangsched.model import POD_GROUP_LABEL, TERMINAL_PHASES, ModelError, Pod
 from gangsched.model.pod import pod_group_of
 from gangsched.session import ApiError
 from gangsched.transport import Transport
@@ -42,6 +44,8 @@ class LiveReader:
         self.cache = cache
         self.transport = transport
         self.scheduler_name = scheduler_name
+        # Members that left the watch of unfinished pods, each read in a task of its own.
+        self._leaving: dict[Key, asyncio.Task[None]] = {}
 
     async def prime_finished(self) -> None:
         """Finished members of our groups, which no watch carries, before the first decision."""
@@ -139,40 +143,59 @@ class LiveReader:
                 self.cache.apply(RESOURCE_CLAIMS, "MODIFIED", claim)
         self.cache.status_write_observed(group)  # the status we wrote is ours; the rest comes from the watch
 
-    async def pod_gone(self, key: Key) -> None:
-        """The watch of unfinished pods no longer shows the pod: it is gone, or it finished.
+    def may_have_finished(self, pod: Pod) -> bool:
+        """Is `pod` a member of our groups whose end matters (Succeeded/Failed counts, phase)
+        when it leaves the watch of unfinished pods? Anything else simply leaves the cache."""
+        return pod.scheduler_name == self.scheduler_name and pod.pod_group is not None and not pod.terminal
 
-        For members of our groups the difference matters (Succeeded/Failed counts, phase), so
-        they are read live and kept when finished; everything else simply leaves the cache
-        (it holds no capacity)."""
-        live = await self._finished_member(key)
-        if live is not None:
+    def pod_left(self, key: Key) -> None:
+        """The watch of unfinished pods no longer shows member `key`: it finished, or it is gone.
+        The cache keeps it as it was until a live read, in the background, says which (then
+        the finished pod is kept, or the pod removed): no watch handler waits on the network."""
+        pod = self.cache.pods.get(key)
+        if pod is None or key in self._leaving:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._settle_left(key, pod.uid), name=f"read pod {key[0]}/{key[1]} that left the watch"
+        )
+        self._leaving[key] = task
+        task.add_done_callback(lambda _: self._leaving.pop(key, None))
+
+    async def _settle_left(self, key: Key, uid: str) -> None:
+        try:
+            live: Mapping[str, Any] | None = await self.transport.call(
+                "GET", f"/api/v1/namespaces/{key[0]}/pods/{key[1]}", background=True
+            )
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("could not read pod %s/%s that left the watch: %s", *key, exc)
+                return  # kept as it was; the next LIST or finished-pods resync tells
+            live = None
+        except Exception as exc:
+            log.warning("could not read pod %s/%s that left the watch: %s", *key, exc)
+            return
+        held = self.cache.pods.get(key)
+        if held is None or held.uid != uid:
+            return  # gone meanwhile, or another pod of that name now: the watch has told
+        if (
+            live is not None
+            and (live.get("metadata") or {}).get("uid") == uid
+            and (live.get("status") or {}).get("phase") in TERMINAL_PHASES
+        ):
             self.cache.apply(POD.name, "MODIFIED", live)
         else:
             self.cache.remove(POD.name, key)
 
-    async def finished_of(self, keys: Iterable[Key]) -> list[Mapping[str, Any]]:
-        """Of the pods held under `keys` that a LIST of unfinished pods no longer showed, the
-        members of our groups that finished (read live), to be kept."""
-        found = [await self._finished_member(key) for key in keys]
-        return [body for body in found if body is not None]
+    @property
+    def leaving(self) -> int:
+        """Members that left the watch whose live read has not answered yet."""
+        return len(self._leaving)
 
-    async def _finished_member(self, key: Key) -> Mapping[str, Any] | None:
-        pod = self.cache.pods.get(key)
-        if pod is None or pod.scheduler_name != self.scheduler_name or pod.pod_group is None:
-            return None
-        try:
-            live = await self.read_pod(*key)
-        except Exception as exc:
-            log.warning("could not read pod %s/%s: %s", key[0], key[1], exc)
-            return None
-        if (
-            live is not None
-            and (live.get("metadata") or {}).get("uid") == pod.uid
-            and (live.get("status") or {}).get("phase") in TERMINAL_PHASES
-        ):
-            return live
-        return None
+    async def close(self) -> None:
+        tasks = list(self._leaving.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def resync_finished(self) -> None:
         """Finished members leave the watch; re-list them now and then to see deletions."""

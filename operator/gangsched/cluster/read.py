@@ -1,20 +1,20 @@
 """One look at the live cluster, for the commands that look rather than schedule (`gangsched
 explain`, `gangsched top`).
 
-`read_cluster` lists what the operator's watches carry (PriorityClasses first, then Nodes,
-unfinished Pods, PodGroups of both APIs, PodDisruptionBudgets and, where the API serves them,
-the DRA objects) into a `ClusterCache` through the very methods the watches feed it with, so
-the engine is given what the running scheduler would give it (minus what lives only in the
-operator's memory: assumed bindings, anti-starvation reservations, preemption nominations).
-Kubernetes' own PodGroups (`scheduling.k8s.io/v1alpha2`) are listed where the API serves
-them (`serves_native_pod_groups`, one discovery GET); the cache resolves a name both APIs
-use as the operator does (gangsched's wins, the native one is `shadowed`).
+`read_cluster` lists what the operator's watches carry, from the one table of kinds
+(`cluster.kinds.TABLE`, in its order: PriorityClasses first, then Nodes, unfinished Pods,
+PodGroups of both APIs, PodDisruptionBudgets and the DRA objects), each kind at the version
+discovery finds served (`discover_kinds`; a kind not served is not listed), into a
+`ClusterCache` through the very methods the watches feed it with, so the engine is given what
+the running scheduler would give it (minus what lives only in the operator's memory: assumed
+bindings, anti-starvation reservations, preemption nominations). The cache resolves a name
+both PodGroup APIs use as the operator does (gangsched's wins, the native one is `shadowed`).
 
 `find_pod_group` looks one PodGroup up by namespace/name: gangsched's CRD first, then
-Kubernetes' own `scheduling.k8s.io/v1alpha2` PodGroups. Each API is one `PodGroupSource`.
+Kubernetes' own PodGroups (`POD_GROUP_KINDS`, in that order).
 
 `read_owners` adds the workload owners automatic gangs are made from (model/owners.py), as
-the operator's owner watches hold them: every table kind the API serves, and a
+the operator's owner watches hold them: the table's owner kinds the API serves, and a
 LeaderWorkerSet's StatefulSets where LeaderWorkerSets are served (`explain` reads them only
 when a pending pod of ours has a controller).
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,29 +38,16 @@ from kubernetes.config.config_exception import ConfigException
 
 from gangsched import __version__, model
 from gangsched.cluster.cache import ClusterCache
-from gangsched.cluster.kinds import (
-    BUDGET,
-    DEVICE_CLASSES,
-    LWS_STATEFULSET_SELECTOR,
-    LWS_STATEFULSETS,
-    NATIVE_POD_GROUP,
-    OWNERS,
-    POD_GROUP,
-    RESOURCE_CLAIMS,
-    RESOURCE_SLICES,
-)
+from gangsched.cluster.discovery import Discovered, discover
+from gangsched.cluster.kinds import KINDS, POD_GROUP_KINDS, TABLE, WATCHED_WITH
+from gangsched.cluster.store import Kind, Role
 from gangsched.model import (
-    GROUP,
-    LIVE_PODS_SELECTOR,
-    PLURAL,
     POD_GROUP_LABEL,
-    VERSION,
     ModelError,
     PodGroup,
     PodGroupApi,
     PriorityClasses,
 )
-from gangsched.model.owners import LEADERWORKERSET, OWNER_KINDS
 from gangsched.model.pod import pod_group_of
 from gangsched.session import (
     ApiError,
@@ -69,17 +56,12 @@ from gangsched.session import (
     Listing,
     SessionThread,
     list_all,
-    served_resources,
-    serves,
 )
 
 T = TypeVar("T")
 
 # Seconds one request may take: a command line must not hang on an unreachable cluster.
 REQUEST_TIMEOUT = 20.0
-
-NATIVE_GROUP_VERSION = PodGroupApi.NATIVE.api_version
-DRA_GROUP_VERSION = "resource.k8s.io/v1"
 
 
 class ClusterError(Exception):
@@ -197,67 +179,64 @@ def _list(
     )
 
 
-def _serves(cluster: Cluster, group_version: str, *resources: str) -> bool:
-    """`session.serves`: a 404 is a plain no, any other failure a ClusterError."""
-    what = f"discover {group_version}"
-    return _ask(
-        cluster, lambda get: serves(get, group_version, *resources), what=what, missing=False, optional=False
-    )
+def discover_kinds(
+    cluster: Cluster, kinds: Iterable[Kind[Any]], known: dict[str, set[str]] | None = None
+) -> dict[str, str]:
+    """The version served of each of `kinds` (kind name -> version; absent: not served), one
+    discovery GET per group/version (`cluster.discovery`; `known` keeps the answers across
+    calls). A group/version that cannot be asked (not a 404) is a ClusterError when a kind
+    the commands need is in it; an optional kind (`Kind.optional`) is then left out."""
+
+    def use(get: Get) -> Awaitable[Discovered]:
+        return discover(get, kinds, known)
+
+    found = _ask(cluster, use, what="discover the API", missing=Discovered(), optional=False)
+    if found.unreachable is not None:
+        raise ClusterError(
+            f"cannot reach the cluster at {cluster.host} (discovery): {_one_line(found.unreachable)}"
+        )
+    for group_version, error in found.failed.items():
+        needed = [
+            k for k in kinds if not k.optional and any(k.api_version(v) == group_version for v in k.versions)
+        ]
+        if needed:
+            raise ClusterError(f"cannot discover {group_version} on {cluster.host}: {_one_line(error)}")
+    return found.served
 
 
-def serves_native_pod_groups(cluster: Cluster) -> bool:
-    """Does the API serve podgroups in scheduling.k8s.io/v1alpha2 (alpha in 1.36)?"""
-    return _serves(cluster, NATIVE_GROUP_VERSION, PLURAL)
+# The kinds `read_cluster` lists (the owners are `read_owners`').
+_CLUSTER_ROLES = (Role.CLUSTER, Role.POD_GROUPS, Role.BUDGETS, Role.DEVICES)
 
 
-def read_cluster(cluster: Cluster, *, dra: bool = True, native: bool | None = None) -> ClusterCache:
-    """The cluster as the operator's cache would hold it after its first LISTs. Native
-    PodGroups are listed when `native` (None: when the API serves them, asked once here)."""
+def cluster_kinds(*, dra: bool = True) -> list[Kind[Any]]:
+    """The kinds `read_cluster` lists, in the table's order (`dra` False: not the DRA kinds)."""
+    return [
+        k for k in TABLE if k.watched and k.role in _CLUSTER_ROLES and (dra or k.role is not Role.DEVICES)
+    ]
+
+
+def read_cluster(
+    cluster: Cluster, *, dra: bool = True, served: Mapping[str, str] | None = None
+) -> ClusterCache:
+    """The cluster as the operator's cache would hold it after its first LISTs. `served`: the
+    versions served (`discover_kinds` of `cluster_kinds`, kept by a caller that reads again
+    and again); None: asked here."""
+    kinds = cluster_kinds(dra=dra)
+    if served is None:
+        served = discover_kinds(cluster, kinds)
     cache = ClusterCache()
-
-    def load(kind: str, listed: Listing) -> None:
+    for kind in kinds:
+        version = served.get(kind.name)
+        if version is None:
+            continue
+        cache.serve(kind.name, version)
+        listed = _list(
+            cluster, kind.path(version), what=f"list {kind.name}", query=kind.query, optional=kind.optional
+        )
         # What is held (nothing, in a new cache) is replaced as of the LIST's
         # resourceVersion, exactly as an informer's first LIST does.
-        cache.replace(kind, listed.items, listed.resource_version)
-
-    path = "/apis/scheduling.k8s.io/v1/priorityclasses"
-    load("priorityclasses", _list(cluster, path, what="list priorityclasses"))
-    load("nodes", _list(cluster, "/api/v1/nodes", what="list nodes"))
-    query = {"fieldSelector": LIVE_PODS_SELECTOR}
-    load("pods", _list(cluster, "/api/v1/pods", what="list pods", query=query))
-    load(POD_GROUP.name, _list(cluster, f"/apis/{GROUP}/{VERSION}/{PLURAL}", what=f"list {PLURAL}.{GROUP}"))
-    if native is None:
-        native = serves_native_pod_groups(cluster)
-    if native:
-        cache.native_pod_groups = True
-        path = f"/apis/{NATIVE_GROUP_VERSION}/{PLURAL}"
-        # Optional: a user who may not list them still gets gangsched's PodGroups explained.
-        load(
-            NATIVE_POD_GROUP.name,
-            _list(cluster, path, what=f"list {PodGroupApi.NATIVE.resource}", optional=True),
-        )
-    load(BUDGET.name, _list(cluster, "/apis/policy/v1/poddisruptionbudgets", what="list pdbs", optional=True))
-    kinds = (DEVICE_CLASSES, RESOURCE_SLICES, RESOURCE_CLAIMS)
-    if dra and _serves(cluster, DRA_GROUP_VERSION, *kinds):
-        cache.devices.enabled = True
-        for kind in kinds:
-            load(
-                kind, _list(cluster, f"/apis/{DRA_GROUP_VERSION}/{kind}", what=f"list {kind}", optional=True)
-            )
+        cache.replace(kind.name, listed.items, listed.resource_version)
     return cache
-
-
-def _resources(cluster: Cluster, group_version: str) -> set[str]:
-    """`session.served_resources`: nothing when the group/version is not served (404) or not
-    ours to discover (403)."""
-    found: set[str] = _ask(
-        cluster,
-        lambda get: served_resources(get, group_version),
-        what=f"discover {group_version}",
-        missing=set(),
-        optional=True,
-    )
-    return found
 
 
 def _list_or_none(cluster: Cluster, path: str, query: Mapping[str, str], *, what: str) -> Listing | None:
@@ -278,25 +257,22 @@ def read_owners(
     whose chains pods then look as if they waited for their owner. `served` (group version ->
     resources) is the discovery, kept across calls by a caller that reads again and again."""
     not_listed: list[str] = []
-    served = {} if served is None else served
-    for kind in OWNER_KINDS:
-        if kind.api_version not in served:
-            served[kind.api_version] = _resources(cluster, kind.api_version)
-        if kind.plural not in served[kind.api_version]:
+    owners = [k for k in TABLE if k.role is Role.OWNERS and k.name not in WATCHED_WITH]
+    versions = discover_kinds(cluster, owners, {} if served is None else served)
+    for kind in owners:
+        version = versions.get(kind.name)
+        if version is None:
             continue
-        prefix = "/apis" if "/" in kind.api_version else "/api"
-        collections: list[tuple[str, str, dict[str, str]]] = [
-            (OWNERS[kind].name, f"{prefix}/{kind.api_version}/{kind.plural}", {})
-        ]
-        if kind is LEADERWORKERSET:
-            selector = {"labelSelector": LWS_STATEFULSET_SELECTOR}
-            collections.append((LWS_STATEFULSETS.name, "/apis/apps/v1/statefulsets", selector))
-        for name, path, query in collections:
-            listed = _list_or_none(cluster, path, query, what=f"list {name}")
+        followers = [KINDS[name] for name, leader in WATCHED_WITH.items() if leader is kind]
+        for listed_kind, at in [(kind, version), *((f, f.versions[0]) for f in followers)]:
+            listed = _list_or_none(
+                cluster, listed_kind.path(at), listed_kind.query, what=f"list {listed_kind.name}"
+            )
             if listed is None:
-                not_listed.append(name)
+                not_listed.append(listed_kind.name)
             else:
-                cache.replace(name, listed.items, listed.resource_version)
+                cache.serve(listed_kind.name, at)
+                cache.replace(listed_kind.name, listed.items, listed.resource_version)
     return not_listed
 
 
@@ -341,49 +317,21 @@ class FoundPodGroup:
     status: Mapping[str, Any]  # the object's status, as the API serves it
 
 
-# One API serving PodGroups: the PodGroup namespace/name from it, or None when it has none.
-PodGroupSource = Callable[[Cluster, str, str, PriorityClasses], FoundPodGroup | None]
-
-
-def crd_pod_group(
-    cluster: Cluster, namespace: str, name: str, priorities: PriorityClasses
-) -> FoundPodGroup | None:
-    """gangsched's own PodGroup (scheduling.gangsched.io/v1alpha1)."""
-    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
-    body = get(cluster, path, what=f"get {PLURAL}.{GROUP} {namespace}/{name}")
-    if body is None:
-        return None
-    return FoundPodGroup(
-        f"{GROUP}/{VERSION}", model.parse_pod_group(body, priorities=priorities), body.get("status") or {}
-    )
-
-
-def native_pod_group(
-    cluster: Cluster, namespace: str, name: str, priorities: PriorityClasses
-) -> FoundPodGroup | None:
-    """Kubernetes' PodGroup (scheduling.k8s.io/v1alpha2), when the API serves it (404 covers
-    both "no such API" and "no such object")."""
-    path = f"/apis/{NATIVE_GROUP_VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
-    body = get(cluster, path, what=f"get {PodGroupApi.NATIVE.resource} {namespace}/{name}")
-    if body is None:
-        return None
-    group = model.parse_native_pod_group(body, priorities=priorities)
-    return FoundPodGroup(NATIVE_GROUP_VERSION, group, body.get("status") or {})
-
-
-POD_GROUP_SOURCES: tuple[PodGroupSource, ...] = (crd_pod_group, native_pod_group)
-
-
 def find_pod_group(
     cluster: Cluster,
     namespace: str,
     name: str,
     priorities: PriorityClasses,
-    sources: tuple[PodGroupSource, ...] = POD_GROUP_SOURCES,
+    served: Mapping[str, str] | None = None,
 ) -> FoundPodGroup | None:
-    """The PodGroup namespace/name from the first API that has it; None when none does."""
-    for source in sources:
-        found = source(cluster, namespace, name, priorities)
-        if found is not None:
-            return found
+    """The PodGroup namespace/name from the first API that has it (gangsched's, then the
+    native one), at the version `served` names (else the kind's newest; a 404 covers both "no
+    such API" and "no such object"); None when none has it."""
+    for kind in POD_GROUP_KINDS.values():
+        version = (served or {}).get(kind.name) or kind.versions[0]
+        path = f"{kind.path(version).rpartition('/')[0]}/namespaces/{namespace}/{kind.plural}/{name}"
+        body = get(cluster, path, what=f"get {kind.name} {namespace}/{name}")
+        if body is not None:
+            group = kind.parse(body, priorities)
+            return FoundPodGroup(kind.api_version(version), group, body.get("status") or {})
     return None

@@ -16,15 +16,25 @@ An object older than the one held (a late LIST, a stale event) is ignored, so no
 the store back. Each change is returned as a `Change` so the cache can keep its indexes (a
 group's members, which PodGroup of a name is scheduled) without a second copy of the rules.
 
-Sync (client-go's `HasSynced`): a kind the runtime `expect`s is unsynced until its first
-`replace`, and again from `lost` (its watch ended) until the next one. The loop holds every
-decision involving a PodGroup while a PodGroup kind is unsynced (docs/architecture.md).
+A `Kind` also carries what client-go's ListWatch carries (its API group, versions, plural,
+selector) and when it is watched (always, or where discovery finds it served), what it is for
+(`Role`: which decisions read it) and the RBAC verbs gangsched uses on it, so the watches, the
+look-only commands' LIST, the RBAC table and `simulate`'s loader are all driven by the one
+table of kinds (`cluster.kinds.KINDS`).
+
+Currency (client-go's `HasSynced`, made strict): a kind the runtime `expect`s is stale until
+its first LIST is in, and again from the moment its watch ends (`lost`) until it is shown to
+be current: by a LIST, or (`resumed`) by a watch resumed right after the server ended the last
+one on time. While a kind is stale the loop decides nothing that reads it (`stale`, by `Role`;
+docs/architecture.md "Never deciding on a stale view").
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum, StrEnum
 from typing import Any, Generic, TypeVar
 
 from gangsched.cluster.versions import parse_rv
@@ -46,12 +56,55 @@ def _same(view: object) -> object:
     return view
 
 
+class Role(StrEnum):
+    """What a kind is for, which says which decisions wait while it is stale."""
+
+    # Pods, Nodes, PriorityClasses: every decision reads them.
+    CLUSTER = "cluster"
+    # PodGroups of either API: decisions of groups, repairs, gang formation.
+    POD_GROUPS = "pod groups"
+    # PodDisruptionBudgets: only the choice of preemption victims.
+    BUDGETS = "budgets"
+    # The DRA kinds: decisions of groups whose pods or PodGroup have claims.
+    DEVICES = "devices"
+    # Workload owners and the links of their chains: automatic gangs' formation.
+    OWNERS = "owners"
+
+
+class Served(Enum):
+    """When a kind is watched."""
+
+    ALWAYS = "always"  # every cluster serves it (the core kinds)
+    DISCOVERED = "discovered"  # where discovery finds one of its versions served (CRDs, betas)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Kind(Generic[T]):
-    """One watched kind: `name` is its collection ("pods", "podgroups.scheduling.k8s.io", ...)."""
+    """One kind of the table: how it is read from the API, how a body is parsed, what counts.
+
+    `name` is its collection ("pods", "podgroups.scheduling.k8s.io", ...), as informers, health
+    and /debug/cache call it; `group`, `versions` (newest first: the first one served is used)
+    and `plural` say where it is served, `api_kind` what its objects' `kind` is."""
 
     name: str
     parse: Callable[[Body, PriorityClasses], T]
+    group: str = ""
+    versions: tuple[str, ...] = ("v1",)
+    plural: str = ""
+    api_kind: str = ""
+    role: Role = Role.CLUSTER
+    served: Served = Served.ALWAYS
+    # The watch's selectors (the LIST and the watch both use them).
+    query: Mapping[str, str] = field(default_factory=dict)
+    # Watched by the operator (False: read from files by `simulate`, and GET when needed).
+    watched: bool = True
+    # A look-only command (`explain`, `top`, with the user's credentials) that may not list
+    # it goes on without it (a 403 is no error).
+    optional: bool = False
+    # RBAC: the verbs gangsched uses on the collection and on its subresources, and when.
+    verbs: tuple[str, ...] = ("list", "watch")
+    subresources: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    when: str = "always"
     namespaced: bool = True
     # What of an object can change a decision: equal views are no change to react to
     # (node heartbeats, pod status conditions, the echo of our own status write).
@@ -68,6 +121,24 @@ class Kind(Generic[T]):
     # `refresh(held object, body)` instead of a full parse. None: the digest cannot be taken.
     digest: Callable[[Body], int | None] | None = None
     refresh: Callable[[T, Body], T] | None = None
+
+    def api_version(self, version: str | None = None) -> str:
+        """`v1`, `batch/v1`: the apiVersion of `version` (default: the newest)."""
+        version = version or self.versions[0]
+        return f"{self.group}/{version}" if self.group else version
+
+    def path(self, version: str | None = None) -> str:
+        """The cluster-wide collection URL at `version` (default: the newest)."""
+        prefix = "/apis" if self.group else "/api"
+        return f"{prefix}/{self.api_version(version)}/{self.plural}"
+
+
+@dataclass(frozen=True, slots=True)
+class Stale:
+    """Why a kind cannot be trusted now, and since when (the store's clock)."""
+
+    since: float
+    why: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +176,16 @@ def _not_newer(held: str, list_rv: str) -> bool:
 class Store:
     """Parsed objects of every kind, the version held of each, and what could not be read."""
 
-    def __init__(self, *, priorities: PriorityClasses | None = None) -> None:
+    def __init__(
+        self, *, priorities: PriorityClasses | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.priorities = priorities if priorities is not None else PriorityClasses()
+        self.clock = clock
         self._tables: dict[str, _Table[Any]] = {}
         # Highest resourceVersion seen per kind (our writes are compared with it, KEP-5647).
         self.observed_rv: dict[str, int] = {}
-        self._unsynced: set[str] = set()
+        # Kinds that cannot be trusted now (module doc), by name.
+        self._stale: dict[str, Stale] = {}
         # Per kind, the keys the pages of a LIST in progress held (`list_page`).
         self._listing: dict[str, set[Key]] = {}
 
@@ -202,6 +277,11 @@ class Store:
                 changes.append(change)
         return changes
 
+    def keep_listed(self, kind: Kind[Any], keys: Iterable[Key]) -> None:
+        """Count `keys` as held by the LIST in progress: kept as they are (a member that left
+        the watch of unfinished pods, until a live read tells whether it finished)."""
+        self._listing.setdefault(kind.name, set()).update(keys)
+
     def listing(self, kind: Kind[Any]) -> Set[Key]:
         """The keys the pages of the LIST in progress held so far."""
         return self._listing.get(kind.name, set())
@@ -216,7 +296,7 @@ class Store:
             change = self.remove(kind, key)
             if change is not None:
                 changes.append(change)
-        self._unsynced.discard(kind.name)
+        self._stale.pop(kind.name, None)
         return changes
 
     def reparse(self, kind: Kind[T]) -> list[Change[T]]:
@@ -224,18 +304,34 @@ class Store:
         table = self._table(kind)
         return [self._parse(kind, table, key, body) for key, body in list(table.bodies.items())]
 
-    # ------------------------------------------------------------------ sync
+    # ------------------------------------------------------------------ currency
 
     def expect(self, kind: Kind[Any]) -> None:
-        """`kind` is watched: unsynced until its first LIST is applied."""
-        self._unsynced.add(kind.name)
+        """`kind` is watched: stale until its first LIST is in."""
+        self._stale.setdefault(kind.name, Stale(self.clock(), "not listed yet"))
 
-    def lost(self, kind: Kind[Any]) -> None:
-        """`kind`'s watch ended: what it held may be stale until the next LIST."""
-        self._unsynced.add(kind.name)
+    def lost(self, kind: Kind[Any], why: str = "its watch ended") -> None:
+        """`kind`'s watch ended: what it holds may be stale until it is shown current again
+        (a LIST, or `resumed`). A later reason replaces the first; `since` is kept."""
+        held = self._stale.get(kind.name)
+        self._stale[kind.name] = Stale(held.since if held is not None else self.clock(), why)
+
+    def resumed(self, kind: Kind[Any]) -> None:
+        """`kind`'s watch was resumed right after the server ended the last one on time: the
+        stream replays what came in between, as events in flight always are: current."""
+        self._stale.pop(kind.name, None)
+
+    def unwatched(self, kind: Kind[Any]) -> None:
+        """`kind` is no longer watched (no longer served): nothing to wait for, nothing held."""
+        self._stale.pop(kind.name, None)
 
     def synced(self, kind: Kind[Any]) -> bool:
-        return kind.name not in self._unsynced
+        """Current: listed since its watch last ended (or resumed on time), or not watched."""
+        return kind.name not in self._stale
+
+    def stale(self) -> Mapping[str, Stale]:
+        """The kinds that cannot be trusted now, by name (the store's own dict: read it)."""
+        return self._stale
 
     # ------------------------------------------------------------------ reading
 

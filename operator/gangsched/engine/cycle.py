@@ -52,6 +52,7 @@ def schedule_groups(
     before_place: BeforePlace | None = None,
     queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO,
     heads: Sequence[QueueHead] = (),
+    preemption: bool = True,
 ) -> tuple[list[GroupDecision], list[Reservation]]:
     """Decide for every group in queue order, assuming each placement before the next group.
 
@@ -73,6 +74,7 @@ def schedule_groups(
     or waits for the victims of its preemption, is a head: every group after it in queue
     order (same or lower priority) waits, `Reason.QUEUED_BEHIND`, without being tried.
     `heads` are those the loop knows from earlier cycles and does not decide now.
+    `preemption` False: no group preempts this cycle (what chooses victims is stale).
     """
     decisions: list[GroupDecision] = []
     deciding = {g.key for g in groups}
@@ -112,7 +114,8 @@ def schedule_groups(
             outcome.decision.blocks_queue = True
             ahead.append(QueueHead(group.key, order))
         if (
-            group.key not in preempting
+            preemption
+            and group.key not in preempting
             and outcome.decision.reason == Reason.UNSCHEDULABLE
             and may_preempt(group)
             and bound_pods.may_help(group, by_key)
@@ -187,6 +190,7 @@ def schedule_cycle(
     dra: DraObjects | None = None,
     nominations: Sequence[Reservation] = (),
     budgets: Sequence[DisruptionBudget] = (),
+    preemption: bool = True,
     before_place: BeforePlace | None = None,
     device_caches: DeviceCaches | None = None,
     held_pods: Mapping[Key, str] | None = None,
@@ -251,6 +255,7 @@ def schedule_cycle(
         before_place=before_place,
         queueing=queueing,
         heads=heads,
+        preemption=preemption,
     )
     for decision, request in zip(decisions, queue_order(queue.requests), strict=True):
         decision.is_pod_group = request.is_pod_group

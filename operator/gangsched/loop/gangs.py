@@ -30,7 +30,9 @@ from dataclasses import dataclass
 
 from gangsched.binder import Binder, owner_event_ref, pod_ref
 from gangsched.cluster import ClusterCache, Key
+from gangsched.cluster.cache import NO_HOLDS, Holds
 from gangsched.cluster.kinds import POD, POD_GROUP
+from gangsched.cluster.store import Role
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.pipeline import GangPlan
 from gangsched.loop.report import Reporter
@@ -112,12 +114,12 @@ class GangFormation:
 
     # ------------------------------------------------------------------ each cycle
 
-    def hold(self, pods: Iterable[Pod], now: float) -> dict[Key, str]:
+    def hold(self, pods: Iterable[Pod], now: float, holds: Holds = NO_HOLDS) -> dict[Key, str]:
         """The pending pods of automatic gangs not formed yet, with why each waits; starts
-        the writes that form them."""
+        the writes that form them (none while a kind formation reads is stale: `holds`)."""
         cache = self.cache
         scheduler_name = self.config.scheduler_name
-        groups_known = cache.pod_groups_synced()
+        stale = holds.why(Role.CLUSTER, Role.POD_GROUPS, Role.OWNERS) if holds.formation else None
         held: dict[Key, str] = {}
         joining: dict[Key, tuple[AutomaticGang, list[Pod]]] = {}
         # A Job's pods all take the same step: `formation` reads of a pod only its namespace,
@@ -169,10 +171,10 @@ class GangFormation:
                 self._wait(pod, step, now)
                 continue
             gang = step.gang
-            if not groups_known:
+            if stale is not None:
                 held[pod.key] = (
                     f"forming its gang (PodGroup {gang.namespace}/{gang.name}): waiting for the "
-                    "PodGroup watch to list again"
+                    f"watches to be current again ({stale})"
                 )
                 continue
             failed = self._failed.get(gang.key if isinstance(step, CreatePodGroup) else pod.key)
@@ -200,11 +202,12 @@ class GangFormation:
             del self._waiting[key]
         return held
 
-    def review(self, binding: Callable[[Key], bool]) -> None:
+    def review(self, binding: Callable[[Key], bool], holds: Holds = NO_HOLDS) -> None:
         """Replace each PodGroup of ours whose owner now makes another gang, while none of its
-        members is bound (`model.owners.replacement`). Looks only when the cache changed."""
+        members is bound (`model.owners.replacement`). Looks only when the cache changed, and
+        never while a kind it reads is stale."""
         cache = self.cache
-        if cache.generation == self._reviewed or not cache.pod_groups_synced():
+        if cache.generation == self._reviewed or holds.formation:
             return
         self._reviewed = cache.generation
         for key, group in cache.pod_groups.items():

@@ -45,6 +45,8 @@ class Liveness:
         # Group -> since when it has waited undecided (it appeared, or was last decided).
         self._undecided: dict[Key, float] = {}
         self._binding: dict[Key, float] = {}  # gang -> since when its pipeline runs
+        # Since when decisions have been held by stale kinds, and which (None: not held).
+        self._held: tuple[float, str] | None = None
         self._logged = False
 
     def cycle_started(self, now: float) -> None:
@@ -66,6 +68,10 @@ class Liveness:
         elif key in self._undecided:
             self._undecided[key] = self.clock()
 
+    def held(self, since: float | None, why: str) -> None:
+        """Decisions are held since `since` by the stale kinds `why` names (None: not held)."""
+        self._held = None if since is None else (since, why)
+
     def bound(self, key: Key) -> None:
         """The gang's pipeline ended, however it ended."""
         self._binding.pop(key, None)
@@ -77,8 +83,11 @@ class Liveness:
         now = self.clock()
         reason = None
         started = self._cycle_started
+        held = self._held
         if started is not None and now - started > self.budget:
             reason = f"a scheduling cycle has been running for {now - started:.0f}s (in {self.step})"
+        elif held is not None and now - held[0] > self.budget:
+            reason = f"decisions held for {now - held[0]:.0f}s by kinds not shown current: {held[1]}"
         elif undecided := _overdue(self._undecided, self.budget, now):
             reason = f"group(s) with pending pods not decided for over {self.budget:g}s: {undecided}"
         elif binding := _overdue(self._binding, self.binding_limit, now):

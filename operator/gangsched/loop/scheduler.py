@@ -8,7 +8,11 @@ the loop keeps (`cluster.snapshots`: rows of the nodes changed since the last cy
 rewritten, not rebuilt from every pod), record verdicts, and start the binding
 pipeline for each decided gang as a background task; then repair partial gangs and write
 statuses. Housekeeping runs on timers of its own (`Tasks.every`), never inside a cycle.
-Any cluster change wakes the loop. docs/architecture.md has the why. `liveness` tells
+Only what can change a decision wakes the loop for a cycle (the cache's generation moved, a
+binding ended, a backoff or a timer ran out); what only changes a PodGroup's status (a pod
+running, the echo of a status write) is written by a debounced status pass (`report`).
+Nothing that reads a stale kind is decided (`ClusterCache.holds`: a watch down, re-listing,
+or resumed and not yet current). docs/architecture.md has the why. `liveness` tells
 `/healthz` when the loop has stopped deciding.
 """
 
@@ -22,6 +26,7 @@ from collections.abc import Callable
 
 from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, Key, LiveReader
+from gangsched.cluster.cache import Holds
 from gangsched.cluster.snapshots import SnapshotKeeper
 from gangsched.engine import CycleResult, DeviceCaches, QueueHead, Reservation, schedule_cycle
 from gangsched.engine.queue import Queue, build_queue, order_key
@@ -48,6 +53,13 @@ _CLAIM_SCAN_SECONDS = 1.0
 _COLLECT_EVERY_CYCLES = 200
 # The loop looks at its own liveness at most this often (the probe whenever it is asked).
 _STALL_CHECK_SECONDS = 5.0
+# Without any wake-up, a cycle runs this often anyway: a safety net, not a schedule (every
+# timed retry arms its own wake-up).
+_IDLE_CYCLE_SECONDS = 5.0
+# A status pass runs this long after the first event that asked for one (a burst is one pass).
+_REPORT_AFTER_SECONDS = 0.2
+# Wake-ups asked for within this much of one already armed share it.
+_WAKE_SLACK_SECONDS = 0.05
 
 
 class Scheduler:
@@ -130,6 +142,11 @@ class Scheduler:
         # perf_counter() when `run` started (the caches listed), until the first decision.
         self._started: float | None = None
         self._wake = asyncio.Event()
+        self._running = False
+        self._wake_at: set[float] = set()  # when the armed wake-ups fire (loop time)
+        self._report_armed = False
+        # Since when decisions have been held by stale kinds (None: not held), and why.
+        self._held: tuple[float, str] | None = None
         # Groups whose pods are being read live (their watch lags behind our writes).
         self._catching_up: set[Key] = set()
         # /healthz fails when placeable work is left undecided past the budget (loop.liveness).
@@ -143,16 +160,44 @@ class Scheduler:
     # ------------------------------------------------------------------ wiring
 
     def wake(self, group: Key | None = None) -> None:
+        """Run a cycle soon (and look at `group`'s status after it)."""
         if group is not None:
             self.reporter.mark(group)
         self._wake.set()
 
     def wake_later(self, delay: float) -> None:
-        asyncio.get_running_loop().call_later(max(delay, 0.05), self._wake.set)
+        """Run a cycle in `delay` seconds (one armed wake-up serves those asked for within
+        `_WAKE_SLACK_SECONDS` after it)."""
+        loop = asyncio.get_running_loop()
+        at = loop.time() + max(delay, 0.05)
+        if any(armed <= at <= armed + _WAKE_SLACK_SECONDS for armed in self._wake_at):
+            return
+        self._wake_at.add(at)
+
+        def fire() -> None:
+            self._wake_at.discard(at)
+            self._wake.set()
+
+        loop.call_at(at, fire)
+
+    def report(self, group: Key) -> None:
+        """`group`'s status may have changed (a member runs, the watch shows our write): look
+        at it in a status pass soon, without a cycle (a cycle only for what can change a
+        decision). Nothing on a replica that does not schedule."""
+        self.reporter.mark(group)
+        if not self._running or self._report_armed:
+            return
+        self._report_armed = True
+        asyncio.get_running_loop().call_later(_REPORT_AFTER_SECONDS, self._status_pass)
+
+    def _status_pass(self) -> None:
+        self._report_armed = False
+        self.tasks.spawn(self.reporter.write_statuses(), name="status pass")
 
     async def run(self) -> None:
         """Decide until cancelled; an error in one cycle is logged and the loop goes on."""
         self._started = time.perf_counter()
+        self._running = True
         tasks = self.tasks
         tasks.every(
             self.config.finished_resync_seconds, self.live.resync_finished, name="resync finished pods"
@@ -161,7 +206,7 @@ class Scheduler:
         tasks.every(_CLAIM_SCAN_SECONDS, self.sync_group_claims, name="sync PodGroup claims")
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=1.0)
+                await asyncio.wait_for(self._wake.wait(), timeout=_IDLE_CYCLE_SECONDS)
             self._wake.clear()
             self.heartbeat = self.clock()
             if self.heartbeat - self._stall_checked >= _STALL_CHECK_SECONDS:
@@ -179,13 +224,15 @@ class Scheduler:
         await self.tasks.stop()
 
     async def sweep_claims(self) -> None:
-        """Reservations of claims for pods that are gone, and stale allocations (walks every claim)."""
-        if self.cache.devices.claims:
+        """Reservations of claims for pods that are gone, and stale allocations (walks every
+        claim; not while a kind it reads may be stale: a pod it would think gone may not be)."""
+        if self.cache.devices.claims and not self.cache.holds().devices:
             await self.claims.sweep(self.queue.binding, self._schedule_timeout)
 
     async def sync_group_claims(self) -> None:
         """PodGroup claims created from templates and cleaned up after their group."""
-        if self.cache.pod_groups_synced():  # it deletes the claims of deleted groups
+        holds = self.cache.holds()
+        if not (holds.groups or holds.devices):  # it deletes the claims of deleted groups
             await self.group_claims.sync()
 
     def forget_group(self, key: Key) -> None:
@@ -210,18 +257,19 @@ class Scheduler:
     async def _cycle(self, now: float) -> None:
         if self.cycles % _COLLECT_EVERY_CYCLES == 0:
             self._collect_garbage()
-        if self.cache.pod_groups_synced():
+        holds = self._holds(now)
+        if not holds.groups:
             self.liveness.step = "repairing partial gangs"
             await self.repair.check(now)
         self.liveness.step = "building the queue"
         # Automatic gangs (loop.gangs) first: the pods it joins to their gang are members in
         # what the engine is given; those whose gang is still being formed wait, never alone.
-        self.gangs.review(self.queue.binding)
+        self.gangs.review(self.queue.binding, holds)
         name = self.config.scheduler_name
-        held = self.gangs.hold(self.cache.scheduler_pods(name), now)
+        held = self.gangs.hold(self.cache.scheduler_pods(name), now, holds)
         pods = self.cache.queue_pods(name)
         pod_groups = [g for k, g in self.cache.pod_groups.items() if self.config.in_scope(k[0])]
-        queue, heads = self._ready_queue(pods, pod_groups, now, held)
+        queue, heads = self._ready_queue(pods, pod_groups, now, held, holds)
         if queue.requests or queue.gated:
             self.liveness.step = "the engine"
             # What the snapshot saw: events applied while the engine runs count as changes after it.
@@ -242,6 +290,7 @@ class Scheduler:
                 dra=self.cache.devices.objects(now),
                 nominations=self.preemptions.active(),
                 budgets=list(self.cache.budgets.values()),
+                preemption=not holds.preemption,
                 device_caches=self.device_caches,
                 queueing=self.config.queueing,
                 heads=heads,
@@ -281,13 +330,32 @@ class Scheduler:
                 alive.append(reservation)
         return alive
 
+    def _holds(self, now: float) -> Holds:
+        """What stale kinds keep from being decided now; the liveness guard and the log are
+        told when a hold begins and ends, and a hold that outlasts the stall budget fails
+        /healthz with the kinds that hold it."""
+        holds = self.cache.holds()
+        if holds:
+            why = holds.why()
+            if self._held is None:
+                log.warning("holding the decisions that read a stale view: %s", why)
+                self._held = (now, why)
+            else:
+                self._held = (self._held[0], why)
+            self.liveness.held(self._held[0], why)
+            self.wake_later(0.1)  # and the intake wakes the loop when a kind is current again
+        elif self._held is not None:
+            log.info("every kind is current again: deciding (held %.1f s)", now - self._held[0])
+            self._held = None
+            self.liveness.held(None, "")
+        return holds
+
     def _ready_queue(
-        self, pods: list[Pod], pod_groups: list[PodGroup], now: float, held: dict[Key, str]
+        self, pods: list[Pod], pod_groups: list[PodGroup], now: float, held: dict[Key, str], holds: Holds
     ) -> tuple[Queue, list[QueueHead]]:
         """This cycle's queue, built once from what the engine is given, with only the groups
-        that may be decided now; and, for StrictFIFO, the heads among those left out (the
-        groups behind them still wait for them)."""
-        cache = self.cache
+        that may be decided now (none that reads a stale kind: `holds`); and, for StrictFIFO,
+        the heads among those left out (the groups behind them still wait for them)."""
         replacing = set(self.gangs.replacing)
         queue = build_queue(
             pods,
@@ -296,19 +364,18 @@ class Scheduler:
             waiting_seconds=self.queue.waiting_seconds(now),
             held=held,
         )
-        # A PodGroup watch ended and has not listed again: a PodGroup held may be gone (deleted
-        # while the watch was down), so nothing that involves one is decided until it has.
-        groups_synced = cache.pod_groups_synced()
-        if not groups_synced:
-            self.wake_later(0.1)
         in_scope = [key for key, _ in queue.entries() if self.config.in_scope(key[0])]
         self.liveness.waiting((key for key in in_scope if not self.queue.binding(key)), now)
         ready: set[tuple[Key, bool]] = set()
-        for key, is_group in queue.entries():
-            if is_group and (not groups_synced or key in replacing):
-                continue
-            if self.config.in_scope(key[0]) and self._may_decide(key, is_group, now):
-                ready.add((key, is_group))
+        if not holds.everything:
+            # A kind stale since its watch ended: what it held may be gone (a node, a PodGroup,
+            # a device deleted while the watch was down), so nothing that reads it is decided.
+            with_devices = {r.key for r in queue.requests if r.uses_devices} if holds.devices else set()
+            for key, is_group in queue.entries():
+                if (is_group and (holds.groups or key in replacing)) or key in with_devices:
+                    continue
+                if self.config.in_scope(key[0]) and self._may_decide(key, is_group, now):
+                    ready.add((key, is_group))
         heads = []
         if self.config.queueing == QueueingStrategy.STRICT_FIFO:
             heads = [
