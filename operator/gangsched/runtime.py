@@ -149,6 +149,7 @@ def assemble(options: RunOptions) -> Operator:
     intake = Intake(cache=cache, scheduler=scheduler, live=live, faults=options.scheduler.faults)
     # A PodGroup deleted, or another object under its name now: the loop starts afresh.
     cache.on_group_replaced = scheduler.forget_group
+    live.on_settled = scheduler.wake
     return Operator(
         options,
         configuration,

@@ -213,6 +213,8 @@ class _Session:
                 for line in self.lines:
                     yield line
                     session.calls.append(f"event read ({session._state()})")
+                    await asyncio.sleep(0.05)  # open a while: past `_RESUMED_AFTER`
+                    session.calls.append(f"a while later ({session._state()})")
 
         class _Stream:
             async def __aenter__(self) -> Any:
@@ -305,7 +307,7 @@ def test_a_watch_the_server_ended_on_time_is_resumed_and_current_once_open(
     from gangsched.cluster import informer
 
     monkeypatch.setattr(informer, "_WATCH_SECONDS", (0, 0))  # every watch ends on time
-    monkeypatch.setattr(informer, "_RESUMED_AFTER", 60.0)  # only an event shows it current
+    monkeypatch.setattr(informer, "_RESUMED_AFTER", 0.01)
     cache = ClusterCache()
     cache.expect(POD_GROUP.name)
     session = _Session(cache, [[group(2)]], ["end", "event", "end"])
@@ -315,13 +317,38 @@ def test_a_watch_the_server_ended_on_time_is_resumed_and_current_once_open(
         "WATCH from 101 (current)",
         "ended (stale)",  # ended on time: stale until the resumed watch shows it current
         "WATCH from 101 (stale)",  # resumed, no LIST
-        "event read (current)",  # its first event shows it current
+        "event read (stale)",  # the replay may not be over
+        "a while later (current)",  # open without a 410 for `_RESUMED_AFTER`
         "ended (stale)",
         "WATCH from 500 (stale)",
         "ended (stale)",
         "WATCH from 500 (stale)",
     ]
     assert cache.pod_groups[("ml", "g")].resource_version == "500"
+
+
+def test_a_watch_that_takes_long_to_resume_is_listed_instead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An on-time end followed by a reconnect that took longer than `_RESUME_GAP` (a stalled
+    network, a server restarting) may hide any number of changes: the kind is listed again."""
+    from gangsched.cluster import informer
+
+    monkeypatch.setattr(informer, "_WATCH_SECONDS", (0, 0))
+    monkeypatch.setattr(informer, "_RESUME_GAP", -1.0)  # every resume is too late
+    cache = ClusterCache()
+    cache.expect(POD_GROUP.name)
+    session = _Session(cache, [[group(2)]], ["end", "end", "end"])
+    _inform(session, cache)
+    assert session.calls == [
+        "LIST (stale)",
+        "WATCH from 101 (current)",
+        "ended (stale)",
+        "WATCH from 101 (stale)",  # too late: closed at once, and listed again
+        "ended (stale)",
+        "LIST (stale)",
+        "WATCH from 106 (current)",
+        "ended (stale)",
+        "WATCH from 106 (stale)",
+    ]
 
 
 def test_holds_name_the_stale_kinds_and_the_decisions_they_hold() -> None:

@@ -17,12 +17,13 @@ holding capacity, nodes taking bindings) for good. An informer here
 - applies events one at a time in stream order: nothing is lost or reordered;
 - tells its sink `lost` the moment a watch ends, however it ends: what the kind holds may be
   stale from then on. Only a watch the server ended on time (its timeoutSeconds) is resumed
-  from the last version, and the sink is told `resumed` once the new stream is open (what came
-  in between is replayed first, as events in flight always are). After anything else (an
-  error, a reset, a stream ended early, 410) the kind is listed again before it is watched:
-  a resumed watch would replay what was missed, but nothing says when that replay is over,
-  and a decision made meanwhile reads a view an outage left stale (a node deleted while the
-  watch was down would take a gang). A LIST says it: the sink's `listed`;
+  from the last version, and only when the new stream is open within `_RESUME_GAP` of that
+  end: what came in between is replayed first, as events in flight always are, and the sink
+  is told `resumed` a moment later. After anything else (an error, a reset, a stream ended
+  early or late, 410, a resume that took longer) the kind is listed again before it is
+  watched: a resumed watch would replay what was missed, but nothing says when that replay
+  is over, and a decision made meanwhile reads a view an outage left stale (a node deleted
+  while the watch was down would take a gang). A LIST says it: the sink's `listed`;
 - raises `NotServedError` when the API answers 404 (a CRD deleted): the caller stops watching;
 - decodes with the resource's `cluster.wire` codec: msgspec, and for Pods and Nodes only the
   fields the model reads (docs/benchmarks.md "Watch intake").
@@ -54,10 +55,14 @@ _WATCH_SECONDS = (60, 75)
 # server's terms (the server is going away, a proxy cut or stalled it): the kind is listed
 # again before it is trusted.
 _ON_TIME_SLACK = 5.0
-# A resumed stream is current once its first event is read, or once it has been open this long
-# without one (a quiet kind): an apiserver that restarted meanwhile answers a resumed watch with
-# an immediate ERROR 410, which must not count as current even for an instant.
-_RESUMED_AFTER = 0.5
+# A watch is resumed only if its new stream opens within this long of the last one's end; a
+# longer gap (a stalled network, a server restarting) may hide any number of changes, whose
+# replay nothing says the end of: the kind is listed instead.
+_RESUME_GAP = 1.0
+# A resumed stream counts as current once it has been open this long: an apiserver that
+# restarted meanwhile answers a resumed watch with an immediate ERROR 410, which must not
+# count as current even for an instant.
+_RESUMED_AFTER = 0.2
 # A watch silent this long past its timeoutSeconds is dead. Not less: the apiserver sends
 # bookmarks only for a kind it has seen an event of since it started, so on a fresh or quiet
 # cluster a healthy watch of PriorityClasses, DeviceClasses, ... carries nothing at all
@@ -187,6 +192,8 @@ class Informer:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.resource_version: str | None = None
+        # When the last watch ended on the server's terms (monotonic): it may be resumed.
+        self._ended_on_time: float | None = None
         health.register(resource.kind)
 
     async def run(self) -> None:
@@ -198,8 +205,10 @@ class Informer:
             try:
                 if self.resource_version is None:
                     await self._list()
-                if not await self._watch():
-                    log.info("%s: the watch ended early; listing again", kind)
+                if await self._watch():
+                    self._ended_on_time = time.monotonic()
+                else:
+                    log.info("%s: the watch did not end on time; listing again", kind)
                     self.resource_version = None
                 delay = self.backoff_initial
             except asyncio.CancelledError:
@@ -231,6 +240,7 @@ class Informer:
             return self.session.get(path, query=query, decode=decode)
 
         resource_version = ""
+        self._ended_on_time = None
         self.sink.list_start()
         try:
             async for page in list_pages(get, self.resource.path, self.resource.query):
@@ -259,15 +269,19 @@ class Informer:
         }
         if self.resource_version:
             query["resourceVersion"] = self.resource_version
+        ended, self._ended_on_time = self._ended_on_time, None
         started = time.monotonic()
         try:
             async with self.session.stream(
                 self.resource.path, query=query, read_timeout=seconds + _READ_SLACK
             ) as response:
                 self.health.up(self.resource.kind)
+                if ended is not None and time.monotonic() - ended > _RESUME_GAP:
+                    self.sink.lost("its watch took long to resume; listing again")
+                    return False
                 resumed = asyncio.get_running_loop().call_later(_RESUMED_AFTER, self.sink.resumed)
                 try:
-                    await self._read(response, resumed)
+                    await self._read(response)
                 finally:
                     resumed.cancel()
                     self.sink.lost("its watch ended; resuming it")
@@ -279,11 +293,8 @@ class Informer:
             raise
         return abs(time.monotonic() - started - seconds) <= _ON_TIME_SLACK
 
-    async def _read(
-        self, response: aiohttp.ClientResponse, resumed: asyncio.TimerHandle | None = None
-    ) -> None:
-        """Apply the stream's events in order; the first one that is not an ERROR fires
-        `resumed` (the sink's, otherwise due `_RESUMED_AFTER` after the stream opened)."""
+    async def _read(self, response: aiohttp.ClientResponse) -> None:
+        """Apply the stream's events in order."""
         decode = self.resource.decoder.event
         async for line in _lines(response):
             event = decode(line)
@@ -293,11 +304,6 @@ class Informer:
                 if obj.get("code") == 410:
                     raise _GoneError
                 raise ApiError(int(obj.get("code") or 500), str(obj.get("message") or obj))
-            if resumed is not None:
-                if not resumed.cancelled():
-                    resumed.cancel()
-                    self.sink.resumed()
-                resumed = None
             version = (obj.get("metadata") or {}).get("resourceVersion")
             if event_type in ("ADDED", "MODIFIED", "DELETED"):
                 await self.sink.apply(event_type, obj)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gangsched.cluster.cache import ClusterCache, Key
@@ -44,8 +44,12 @@ class LiveReader:
         self.cache = cache
         self.transport = transport
         self.scheduler_name = scheduler_name
-        # Members that left the watch of unfinished pods, each read in a task of its own.
+        # Members that left the watch of unfinished pods, each read in a task of its own, and
+        # the group each is a member of (decided again only once the read has answered).
         self._leaving: dict[Key, asyncio.Task[None]] = {}
+        self._leaving_from: dict[Key, Key] = {}
+        # Called when such a read has answered (the loop decides their groups again).
+        self.on_settled: Callable[[], None] | None = None
 
     async def prime_finished(self) -> None:
         """Finished members of our groups, which no watch carries, before the first decision."""
@@ -145,8 +149,14 @@ class LiveReader:
 
     def may_have_finished(self, pod: Pod) -> bool:
         """Is `pod` a member of our groups whose end matters (Succeeded/Failed counts, phase)
-        when it leaves the watch of unfinished pods? Anything else simply leaves the cache."""
-        return pod.scheduler_name == self.scheduler_name and pod.pod_group is not None and not pod.terminal
+        when it leaves the watch of unfinished pods? Only a bound pod runs, so only a bound one
+        finishes; anything else simply leaves the cache."""
+        return (
+            pod.scheduler_name == self.scheduler_name
+            and pod.pod_group is not None
+            and bool(pod.node_name)
+            and not pod.terminal
+        )
 
     def pod_left(self, key: Key) -> None:
         """The watch of unfinished pods no longer shows member `key`: it finished, or it is gone.
@@ -159,7 +169,20 @@ class LiveReader:
             self._settle_left(key, pod.uid), name=f"read pod {key[0]}/{key[1]} that left the watch"
         )
         self._leaving[key] = task
-        task.add_done_callback(lambda _: self._leaving.pop(key, None))
+        if pod.pod_group is not None:
+            self._leaving_from[key] = (pod.namespace, pod.pod_group)
+        task.add_done_callback(lambda _: self._settled(key))
+
+    def _settled(self, key: Key) -> None:
+        self._leaving.pop(key, None)
+        self._leaving_from.pop(key, None)
+        if self.on_settled is not None:
+            self.on_settled()
+
+    def leaving_groups(self) -> set[Key]:
+        """The groups with a member whose end a live read has not told yet: not decided until
+        it has (kept as it was, it may be gone)."""
+        return set(self._leaving_from.values())
 
     async def _settle_left(self, key: Key, uid: str) -> None:
         try:

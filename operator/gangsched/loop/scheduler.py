@@ -371,8 +371,10 @@ class Scheduler:
             # A kind stale since its watch ended: what it held may be gone (a node, a PodGroup,
             # a device deleted while the watch was down), so nothing that reads it is decided.
             with_devices = {r.key for r in queue.requests if r.uses_devices} if holds.devices else set()
+            # A member that left the watch may be gone: its group waits for the live read.
+            leaving = self.live.leaving_groups()
             for key, is_group in queue.entries():
-                if (is_group and (holds.groups or key in replacing)) or key in with_devices:
+                if (is_group and (holds.groups or key in replacing or key in leaving)) or key in with_devices:
                     continue
                 if self.config.in_scope(key[0]) and self._may_decide(key, is_group, now):
                     ready.add((key, is_group))
