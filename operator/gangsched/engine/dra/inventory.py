@@ -38,19 +38,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from gangsched.engine.dra.allocator import (
-    AllocationResult,
-    ClaimToAllocate,
-    NodeAllocator,
-    SharedUse,
-    capacity_fits,
-    consumed_capacity,
-    gather_allocated,
-    lookup_attribute,
-    share_consumption,
-    taint_blocks,
-)
+from gangsched.engine.dra.allocated_state import SharedUse, gather_allocated, share_consumption
+from gangsched.engine.dra.allocator import AllocationResult, ClaimToAllocate, NodeAllocator, taint_blocks
 from gangsched.engine.dra.cel import CelCompileError, SelectorEvaluator
+from gangsched.engine.dra.constraints import lookup_attribute
+from gangsched.engine.dra.consumable_capacity import capacity_fits, consumed_capacity
 from gangsched.engine.dra.pools import DeviceId, Pool, gather_pools, node_matches, usable_slice_ids
 from gangsched.model import Key, Node
 from gangsched.model.dra import (
