@@ -22,7 +22,8 @@ One job per module, lowest first:
 """
 
 from gangsched.engine.cycle import schedule_cycle, schedule_groups
-from gangsched.engine.dra.inventory import DeviceCaches, DraObjects
+from gangsched.engine.dra.state import DraObjects
+from gangsched.engine.dra.table import DeviceCaches
 from gangsched.engine.preemption import BoundPods
 from gangsched.engine.queue import queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS
