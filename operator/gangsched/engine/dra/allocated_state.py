@@ -10,11 +10,33 @@ device). adminAccess results hold nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gangsched.engine.dra.pools import DeviceId
-from gangsched.model.dra import AllocatedDevice
+from gangsched.model.dra import Amount
+
+# consumedCapacity as a result holds it: by capacity name (None: the result has none).
+ConsumedCapacity = Mapping[str, Amount] | Sequence[tuple[str, Amount]] | None
+
+
+class AllocatedResult(Protocol):
+    """One device of an allocation: a claim's (`model.dra.AllocatedDevice`), or one the search
+    just allocated (`allocator.DeviceResult`)."""
+
+    @property
+    def device_id(self) -> DeviceId: ...
+
+    @property
+    def admin_access(self) -> bool: ...
+
+    @property
+    def share_id(self) -> str | None: ...
+
+    @property
+    def consumed_capacity(self) -> ConsumedCapacity: ...
 
 
 @dataclass(slots=True)
@@ -47,23 +69,65 @@ class SharedUse:
         return SharedUse(self.shares, self.recorded, dict(self.consumed))
 
 
-def share_consumption(device: AllocatedDevice) -> dict[str, int] | None:
-    """What an allocated result's share consumes, by capacity name (None: nothing recorded)."""
-    if device.consumed_capacity is None:
+def holds_device(result: AllocatedResult) -> bool:
+    """Whether a result makes its device in use (upstream's AllocatedDevices): neither
+    adminAccess nor a share."""
+    return not result.admin_access and result.share_id is None
+
+
+def holds_share(result: AllocatedResult) -> bool:
+    """Whether a result is a share of its device (AllocatedSharedDeviceIDs): it has a shareID
+    and is not adminAccess."""
+    return result.share_id is not None and not result.admin_access
+
+
+def share_consumption(consumed: ConsumedCapacity) -> dict[str, int] | None:
+    """What one share consumes, by capacity name, in nano-units: a result's consumedCapacity.
+    None when the result has none (a device without capacity): the allocated state then
+    records no consumed capacity for the share."""
+    if consumed is None:
         return None
-    return {name: amount.nano for name, amount in device.consumed_capacity}
+    pairs = consumed.items() if isinstance(consumed, Mapping) else consumed
+    return {name: amount.nano for name, amount in pairs}
 
 
 def gather_allocated(
-    results: Iterable[AllocatedDevice], in_use: set[DeviceId], shared: dict[DeviceId, SharedUse]
+    results: Iterable[AllocatedResult], in_use: set[DeviceId], shared: dict[DeviceId, SharedUse]
 ) -> None:
     """kube-scheduler's GatherAllocatedState for some allocated results: adminAccess results hold
     nothing; a result with a shareID adds a share (and its consumedCapacity) to its device; any
     other makes its device in use."""
-    for device in results:
-        if device.admin_access:
-            continue
-        if device.share_id is not None:
-            shared.setdefault(device.device_id, SharedUse()).add(share_consumption(device))
-        else:
-            in_use.add(device.device_id)
+    for result in results:
+        if holds_share(result):
+            shared.setdefault(result.device_id, SharedUse()).add(share_consumption(result.consumed_capacity))
+        elif holds_device(result):
+            in_use.add(result.device_id)
+
+
+def release_allocated(
+    results: Iterable[AllocatedResult], in_use: set[DeviceId], shared: dict[DeviceId, SharedUse]
+) -> None:
+    """Undo `gather_allocated` for some results: their devices are no longer in use, their shares'
+    capacity is given back (a device's entry goes with its last share)."""
+    for result in results:
+        if holds_share(result):
+            use = shared.get(result.device_id)
+            if use is not None:
+                use.remove(share_consumption(result.consumed_capacity))
+                if use.shares <= 0:
+                    del shared[result.device_id]
+        elif holds_device(result):
+            in_use.discard(result.device_id)
+
+
+def is_allocated(device: DeviceId, in_use: Set[DeviceId], shared: Mapping[DeviceId, SharedUse]) -> bool:
+    """IsDeviceAllocated: in use, or holding a share of an allocated claim."""
+    if device in in_use:
+        return True
+    use = shared.get(device)
+    return use is not None and use.shares > 0
+
+
+def generate_share_id() -> str:
+    """GenerateShareID: a fresh UID for a share."""
+    return str(uuid.uuid4())

@@ -26,13 +26,12 @@ the Go code; `constraints` has the other difference):
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangsched.engine.dra.allocated_state import SharedUse
+from gangsched.engine.dra.allocated_state import SharedUse, generate_share_id, is_allocated, share_consumption
 from gangsched.engine.dra.constraints import Constraint
 from gangsched.engine.dra.consumable_capacity import capacity_fits, consumed_capacity
 from gangsched.engine.dra.pools import DeviceId, Pool, node_matches
@@ -249,13 +248,6 @@ class NodeAllocator:
             self.node, device.node_name, device.all_nodes, device.node_selector
         )
 
-    def allocated(self, device: DeviceId) -> bool:
-        """IsDeviceAllocated: in use, or holding a share of an allocated claim."""
-        if device in self.in_use:
-            return True
-        use = self.shared.get(device)
-        return use is not None and use.shares > 0
-
     def available_counters(self, pool: Pool) -> dict[str, dict[str, int]]:
         """The pool's shared counters minus what allocated devices consume (cached)."""
         cached = self._available.get(pool.key)
@@ -263,7 +255,7 @@ class NodeAllocator:
             cached = {name: dict(counters) for name, counters in pool.counter_sets.items()}
             for slice_ in [*pool.slices, *pool.slices_elsewhere]:
                 for device in slice_.devices:
-                    if not self.allocated((slice_.driver, slice_.pool, device.name)):
+                    if not is_allocated((slice_.driver, slice_.pool, device.name), self.in_use, self.shared):
                         continue
                     for consumption in device.consumes_counters:
                         counters = cached.get(consumption.counter_set, {})
@@ -513,8 +505,8 @@ class _Run:
         share: dict[str, int] | None = None
         if shared:
             consumed = consumed_capacity(data.sub.capacity_requests, device)
-            share = {name: amount.nano for name, amount in consumed.items()}
-            share_id = str(uuid.uuid4())  # internal.GenerateShareID
+            share = share_consumption(consumed)
+            share_id = generate_share_id()
             self.allocating_shares.setdefault(device_id, SharedUse()).add(share)
         else:
             self.allocating.setdefault(device_id, Counter())[i] += 1

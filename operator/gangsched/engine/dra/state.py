@@ -35,8 +35,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gangsched.engine.dra.allocated_state import SharedUse, gather_allocated, share_consumption
-from gangsched.engine.dra.allocator import AllocationResult, ClaimToAllocate, NodeAllocator
+from gangsched.engine.dra.allocated_state import (
+    SharedUse,
+    gather_allocated,
+    holds_device,
+    holds_share,
+    release_allocated,
+)
+from gangsched.engine.dra.allocator import AllocationResult, ClaimToAllocate, DeviceResult, NodeAllocator
 from gangsched.engine.dra.consumable_capacity import capacity_fits, consumed_capacity
 from gangsched.engine.dra.explain import SelectorFailure
 from gangsched.engine.dra.pools import DeviceId
@@ -148,20 +154,11 @@ class DeviceState:
         fork.in_use = set(self.in_use)
         fork.shared = {device: use.copy() for device, use in self.shared.items()}
         fork._counters = None  # recomputed from what is in use now
+        release_allocated(freed, fork.in_use, fork.shared)
         for result in freed:
-            device = result.device_id
-            if result.admin_access:
-                continue
-            if result.share_id is not None:
-                use = fork.shared.get(device)
-                if use is not None:
-                    use.remove(share_consumption(result))
-                    if use.shares <= 0:
-                        del fork.shared[device]
-                continue
-            fork.in_use.discard(device)
-            for row in self.table.rows_of(device):
-                fork.free[row] = bool(self.table.usable[row])
+            if holds_device(result):
+                for row in self.table.rows_of(result.device_id):
+                    fork.free[row] = bool(self.table.usable[row])
         return fork
 
     # ------------------------------------------------------------------ matching
@@ -460,44 +457,23 @@ class DeviceState:
     def commit(self, results: Iterable[AllocationResult]) -> None:
         """Devices of `results` are in use from now on (shares: their capacity is consumed)."""
         for result in results:
-            for device in result.devices:
-                if device.admin_access:
-                    continue
-                if device.share_id is not None:
-                    self.shared.setdefault(device.device_id, SharedUse()).add(
-                        _share(device.consumed_capacity)
-                    )
-                    self._counters = None
-                    continue
-                self.in_use.add(device.device_id)
-                for i in self.table.rows_of(device.device_id):
-                    self.free[i] = False
-                    if device.entry.consumes_counters:
-                        self._counters = None
+            gather_allocated(result.devices, self.in_use, self.shared)
+            self._rows_follow(result.devices, taken=True)
 
     def release(self, results: Iterable[AllocationResult]) -> None:
         """Undo `commit` (a verification pass that is thrown away)."""
         for result in results:
-            for device in result.devices:
-                if device.admin_access:
-                    continue
-                if device.share_id is not None:
-                    use = self.shared.get(device.device_id)
-                    if use is not None:
-                        use.remove(_share(device.consumed_capacity))
-                        if use.shares <= 0:
-                            del self.shared[device.device_id]
-                    self._counters = None
-                    continue
-                self.in_use.discard(device.device_id)
+            release_allocated(result.devices, self.in_use, self.shared)
+            self._rows_follow(result.devices, taken=False)
+
+    def _rows_follow(self, devices: Iterable[DeviceResult], *, taken: bool) -> None:
+        """The rows of devices just taken (or given back) follow: not free (free again if
+        usable), and the counters left are worked out again when they change."""
+        for device in devices:
+            if holds_share(device):
+                self._counters = None
+            elif holds_device(device):
                 for i in self.table.rows_of(device.device_id):
-                    self.free[i] = bool(self.table.usable[i])
+                    self.free[i] = not taken and bool(self.table.usable[i])
                     if device.entry.consumes_counters:
                         self._counters = None
-
-
-def _share(consumed: Mapping[str, Amount] | None) -> dict[str, int] | None:
-    """What a share this cycle allocated consumes, as its written result will say: None without
-    consumedCapacity (a device without capacity), as upstream's allocated state then records
-    no consumed capacity for it."""
-    return None if consumed is None else {name: amount.nano for name, amount in consumed.items()}

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from gangsched.engine.dra.allocated_state import holds_device, holds_share
 from gangsched.engine.dra.allocator import taint_blocks
 from gangsched.engine.dra.cel import CelCompileError, SelectorEvaluator
 from gangsched.engine.dra.constraints import lookup_attribute
@@ -276,9 +277,10 @@ class DeviceTable:
         per allocation object while the table lives (every cycle asks for every claim)."""
         cached = self._allocated.get(id(allocation))
         if cached is None or cached[0] is not allocation:
-            ids = [d.device_id for d in allocation.devices if not d.admin_access and d.share_id is None]
+            # gather_allocated's split, made once: a cycle adds the held devices in one update.
+            ids = [d.device_id for d in allocation.devices if holds_device(d)]
             rows = np.array([r for i in ids for r in self.rows_of(i)], dtype=np.int64)
-            shares = tuple(d for d in allocation.devices if d.share_id is not None and not d.admin_access)
+            shares = tuple(d for d in allocation.devices if holds_share(d))
             if len(self._allocated) > 100_000:
                 self._allocated.clear()
             cached = (allocation, ids, rows, shares)
