@@ -42,6 +42,7 @@ from gangsched.model.dra import (
     ClaimSpec,
     Device,
     DeviceClass,
+    DeviceTaint,
     DeviceToleration,
     ResourceSlice,
     SubRequest,
@@ -178,11 +179,14 @@ class _OutOfStepsError(Exception):
     """The search tried more candidate devices than its budget allowed."""
 
 
-def taint_blocks(device: Device, tolerations: Sequence[DeviceToleration]) -> bool:
-    return any(
-        t.effect in ("NoSchedule", "NoExecute") and not any(tol.tolerates(t) for tol in tolerations)
-        for t in device.taints
-    )
+def blocking_taint(device: Device, tolerations: Sequence[DeviceToleration]) -> DeviceTaint | None:
+    """taintPreventsAllocation: the first NoSchedule or NoExecute taint of `device` none of
+    `tolerations` tolerates; None when the device may be allocated (other effects never stop
+    it). The device table's `blocked` and the explanations' taint are this rule too."""
+    for taint in device.taints:
+        if taint.effect in ("NoSchedule", "NoExecute") and not any(t.tolerates(taint) for t in tolerations):
+            return taint
+    return None
 
 
 class NodeAllocator:
@@ -472,7 +476,7 @@ class _Run:
         counters = check_counters and self._reserve_counters(pool, device)
         if check_counters and not counters:
             return None
-        if taint_blocks(device, data.sub.tolerations):
+        if blocking_taint(device, data.sub.tolerations) is not None:
             if counters:
                 self._release_counters(pool, device)
             return None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gangsched.engine.dra.allocator import blocking_taint
 from gangsched.model.dra import DeviceTaint
 from gangsched.model.text import quoted
 
@@ -96,11 +97,9 @@ def node_reasons(state: DeviceState, demand: Demand, nodes: IntArray) -> Counter
 
 
 def _blocking_taint(state: DeviceState, need: Need, match: Match, node: int) -> DeviceTaint | None:
+    """A taint that keeps one of `node`'s free selected devices from `need` (the first met)."""
     for i in np.flatnonzero(match.mask & state.free & (state.node_of == node)):
-        device = state.table.entries[int(i)][1]
-        for taint in device.taints:
-            if taint.effect in ("NoSchedule", "NoExecute") and not any(
-                t.tolerates(taint) for t in need.tolerations
-            ):
-                return taint
+        taint = blocking_taint(state.table.entries[int(i)][1], need.tolerations)
+        if taint is not None:
+            return taint
     return None

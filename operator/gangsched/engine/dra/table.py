@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gangsched.engine.dra.allocated_state import holds_device, holds_share
-from gangsched.engine.dra.allocator import taint_blocks
+from gangsched.engine.dra.allocator import blocking_taint
 from gangsched.engine.dra.cel import CelCompileError, SelectorEvaluator
 from gangsched.engine.dra.constraints import lookup_attribute
 from gangsched.engine.dra.explain import SelectorFailure
@@ -302,12 +302,13 @@ class DeviceTable:
         return cached
 
     def blocked(self, tolerations: tuple[DeviceToleration, ...]) -> BoolArray:
-        """Devices a NoSchedule/NoExecute taint keeps from a request with `tolerations`."""
+        """Devices a NoSchedule/NoExecute taint keeps from a request with `tolerations`: the
+        allocator's `blocking_taint`, asked once per tainted device and kept per tolerations."""
         cached = self._blocked.get(tolerations)
         if cached is None:
             cached = np.zeros(self.size, dtype=bool)
             for i in self.tainted:
-                cached[i] = taint_blocks(self.entries[i][1], tolerations)
+                cached[i] = blocking_taint(self.entries[i][1], tolerations) is not None
             self._blocked[tolerations] = cached
         return cached
 
