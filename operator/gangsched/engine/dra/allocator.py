@@ -27,7 +27,7 @@ the Go code; `constraints` has the other difference):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,6 +189,59 @@ def blocking_taint(device: Device, tolerations: Sequence[DeviceToleration]) -> D
     return None
 
 
+# counter set -> counter -> value (milli-units): a pool's counters, or what devices consume of them
+CounterSets = dict[str, dict[str, int]]
+
+
+def consume_counters(consumed: CounterSets, device: Device, sign: int = 1) -> None:
+    """Add what `device` consumes of its pool's counters to `consumed` (`sign` -1: take it
+    away again, deallocateCountersForDevice)."""
+    for consumption in device.consumes_counters:
+        counters = consumed.setdefault(consumption.counter_set, {})
+        for name, value in consumption.counters:
+            counters[name] = counters.get(name, 0) + sign * value
+
+
+def available_counters(
+    counter_sets: Mapping[str, Mapping[str, int]], allocated: Iterable[Device]
+) -> CounterSets:
+    """checkAvailableCounters' first part: a pool's counter sets less what its `allocated`
+    devices consume; a counter may go below zero (then none is left). A device consuming a
+    counter its pool lacks, which only the device table meets (see `counters_fit`): a counter
+    set the pool lacks is passed over, a counter missing from a set it has taken from zero."""
+    consumed: CounterSets = {}
+    for device in allocated:
+        consume_counters(consumed, device)
+    available: CounterSets = {}
+    for set_name, counters in counter_sets.items():
+        left = dict(counters)
+        for name, value in consumed.get(set_name, {}).items():
+            left[name] = left.get(name, 0) - value
+        available[set_name] = left
+    return available
+
+
+def counters_fit(
+    available: Mapping[str, Mapping[str, int]], consumed: Mapping[str, Mapping[str, int]]
+) -> bool:
+    """checkAvailableCounters' test: no counter of `available` is below what is `consumed` of
+    it, and nothing is consumed of a counter `available` lacks.
+
+    The search meets only counters its pool has (a pool is valid only when every counter its
+    devices consume exists), where this is upstream's test exactly. The device table also
+    counts over unsettled pools, which some nodes may find invalid: there a device consuming a
+    counter its pool lacks never fits."""
+    for set_name, counters in available.items():
+        used = consumed.get(set_name, {})
+        if any(have < used.get(name, 0) for name, have in counters.items()):
+            return False
+    return all(
+        value <= 0 or name in available.get(set_name, {})
+        for set_name, used in consumed.items()
+        for name, value in used.items()
+    )
+
+
 class NodeAllocator:
     """Allocates claims for one node over its pools (see `pools.gather_pools`)."""
 
@@ -210,7 +263,7 @@ class NodeAllocator:
         self.in_use = in_use
         self.shared: Mapping[DeviceId, SharedUse] = shared if shared is not None else {}
         self.matcher = matcher
-        self._available: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
+        self._available: dict[tuple[str, str], CounterSets] = {}
 
     # ------------------------------------------------------------------ entry point
 
@@ -252,20 +305,19 @@ class NodeAllocator:
             self.node, device.node_name, device.all_nodes, device.node_selector
         )
 
-    def available_counters(self, pool: Pool) -> dict[str, dict[str, int]]:
+    def available_counters(self, pool: Pool) -> CounterSets:
         """The pool's shared counters minus what allocated devices consume (cached)."""
         cached = self._available.get(pool.key)
         if cached is None:
-            cached = {name: dict(counters) for name, counters in pool.counter_sets.items()}
-            for slice_ in [*pool.slices, *pool.slices_elsewhere]:
-                for device in slice_.devices:
-                    if not is_allocated((slice_.driver, slice_.pool, device.name), self.in_use, self.shared):
-                        continue
-                    for consumption in device.consumes_counters:
-                        counters = cached.get(consumption.counter_set, {})
-                        for name, value in consumption.counters:
-                            if name in counters:
-                                counters[name] -= value
+            cached = available_counters(
+                pool.counter_sets,
+                (
+                    device
+                    for slice_ in [*pool.slices, *pool.slices_elsewhere]
+                    for device in slice_.devices
+                    if is_allocated((slice_.driver, slice_.pool, device.name), self.in_use, self.shared)
+                ),
+            )
             self._available[pool.key] = cached
         return cached
 
@@ -284,7 +336,7 @@ class _Run:
         # Shares of allowMultipleAllocations devices taken in this run (upstream's
         # allocatingCapacity; those devices never enter `allocating`).
         self.allocating_shares: dict[DeviceId, SharedUse] = {}
-        self.consumed: dict[tuple[str, str], dict[str, Counter[str]]] = {}
+        self.consumed: dict[tuple[str, str], CounterSets] = {}  # per pool, by this run
         self.results: list[list[DeviceResult]] = [[] for _ in claims]
         self.matches: dict[tuple[DeviceId, int, int, int], bool] = {}
         for i, claim in enumerate(claims):
@@ -547,24 +599,15 @@ class _Run:
         return undo
 
     def _reserve_counters(self, pool: Pool, device: Device) -> bool:
-        available = self.owner.available_counters(pool)
         consumed = self.consumed.setdefault(pool.key, {})
-        for consumption in device.consumes_counters:
-            target = consumed.setdefault(consumption.counter_set, Counter())
-            for name, value in consumption.counters:
-                target[name] += value
-        for set_name, counters in available.items():
-            used = consumed.get(set_name, Counter())
-            if any(value < used.get(name, 0) for name, value in counters.items()):
-                self._release_counters(pool, device)
-                return False
-        return True
+        consume_counters(consumed, device)
+        if counters_fit(self.owner.available_counters(pool), consumed):
+            return True
+        consume_counters(consumed, device, -1)
+        return False
 
     def _release_counters(self, pool: Pool, device: Device) -> None:
-        consumed = self.consumed[pool.key]
-        for consumption in device.consumes_counters:
-            for name, value in consumption.counters:
-                consumed[consumption.counter_set][name] -= value
+        consume_counters(self.consumed[pool.key], device, -1)
 
     # ------------------------------------------------------------------ results
 

@@ -40,9 +40,18 @@ from gangsched.engine.dra.allocated_state import (
     gather_allocated,
     holds_device,
     holds_share,
+    is_allocated,
     release_allocated,
 )
-from gangsched.engine.dra.allocator import AllocationResult, ClaimToAllocate, DeviceResult, NodeAllocator
+from gangsched.engine.dra.allocator import (
+    AllocationResult,
+    ClaimToAllocate,
+    CounterSets,
+    DeviceResult,
+    NodeAllocator,
+    available_counters,
+    counters_fit,
+)
 from gangsched.engine.dra.consumable_capacity import capacity_fits, consumed_capacity
 from gangsched.engine.dra.explain import SelectorFailure
 from gangsched.engine.dra.pools import DeviceId
@@ -51,6 +60,7 @@ from gangsched.model import Key, Node
 from gangsched.model.dra import (
     AllocatedDevice,
     Amount,
+    Device,
     DeviceClass,
     DeviceToleration,
     ResourceClaim,
@@ -211,24 +221,21 @@ class DeviceState:
                 counts += c * self.reach[key]
         return np.minimum(counts, UNLIMITED) if weights is not None else counts
 
-    def available_counters(self) -> dict[tuple[str, str], dict[str, dict[str, int]]]:
-        """Per pool and counter set: counters left after every device in use."""
+    def available_counters(self) -> dict[tuple[str, str], CounterSets]:
+        """Per pool and counter set: counters left after every device in use (the allocator's
+        `available_counters` on each pool of the table; a device with several rows consumes
+        once per row)."""
         if self._counters is None:
             table = self.table
-            left = {key: {s: dict(c) for s, c in sets.items()} for key, sets in table.counter_sets.items()}
+            allocated: dict[tuple[str, str], list[Device]] = {}
             for i in [*table.counter_devices, *table.shared_devices]:
                 slice_, device = table.entries[i]
-                device_id = (slice_.driver, slice_.pool, device.name)
-                use = self.shared.get(device_id)
-                if device_id not in self.in_use and (use is None or use.shares <= 0):
-                    continue
-                sets = left.get(table.pool_keys[i], {})
-                for consumption in device.consumes_counters:
-                    for name, value in consumption.counters:
-                        sets.get(consumption.counter_set, {})[name] = (
-                            sets.get(consumption.counter_set, {}).get(name, 0) - value
-                        )
-            self._counters = left
+                if is_allocated((slice_.driver, slice_.pool, device.name), self.in_use, self.shared):
+                    allocated.setdefault(table.pool_keys[i], []).append(device)
+            self._counters = {
+                key: available_counters(sets, allocated.get(key, ()))
+                for key, sets in table.counter_sets.items()
+            }
         return self._counters
 
     def usable_for(self, need: Need, match: Match, *, ignore_use: bool = False) -> BoolArray:
@@ -285,12 +292,11 @@ class DeviceState:
         return weights
 
     def _counters_fit(self, left: Mapping[str, Mapping[str, int]], i: int) -> bool:
+        """Whether device `i`'s counters fit what is `left` of its pool's: the allocator's
+        `counters_fit`, asked for each counter set the device consumes from on its own (API
+        validation makes a device's counter sets distinct, and then it is the same answer)."""
         device = self.table.entries[i][1]
-        return all(
-            left.get(c.counter_set, {}).get(name, 0) >= value
-            for c in device.consumes_counters
-            for name, value in c.counters
-        ) and all(v >= 0 for counters in left.values() for v in counters.values())
+        return all(counters_fit(left, {c.counter_set: dict(c.counters)}) for c in device.consumes_counters)
 
     def pod_slots(self, demand: Demand, *, ignore_use: bool = False) -> IntArray:
         """Per node, how many pods with `demand` its devices can serve (see the module docstring).
