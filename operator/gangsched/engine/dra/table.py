@@ -27,7 +27,17 @@ from gangsched.engine.dra.allocator import blocking_taint
 from gangsched.engine.dra.cel import CelCompileError, SelectorEvaluator
 from gangsched.engine.dra.constraints import lookup_attribute
 from gangsched.engine.dra.explain import SelectorFailure
-from gangsched.engine.dra.pools import DeviceId, Pool, gather_pools, node_matches, usable_slice_ids
+from gangsched.engine.dra.pools import (
+    DeviceId,
+    InvalidPoolError,
+    Pool,
+    gather_pools,
+    get_and_validate_counter_sets,
+    node_matches,
+    usable_slice_ids,
+    validate_counter_consumption,
+    validate_device_names,
+)
 from gangsched.model import Node
 from gangsched.model.dra import (
     AllocatedDevice,
@@ -169,23 +179,13 @@ class DeviceTable:
         ) and self._valid(key, pool_slices)
 
     def _valid(self, key: tuple[str, str], current: list[ResourceSlice]) -> bool:
-        names: set[str] = set()
-        counters: dict[str, dict[str, int]] = {}
-        for slice_ in current:
-            for counter_set in slice_.shared_counters:
-                if counter_set.name in counters:
-                    return False
-                counters[counter_set.name] = dict(counter_set.counters)
-            for device in slice_.devices:
-                if device.name in names:
-                    return False
-                names.add(device.name)
-        for slice_ in current:
-            for device in slice_.devices:
-                for consumption in device.consumes_counters:
-                    found = counters.get(consumption.counter_set)
-                    if found is None or any(name not in found for name, _ in consumption.counters):
-                        return False
+        """GatherPools' validation over the whole pool (`pools`); records its counter sets."""
+        try:
+            validate_device_names(current)
+            counters = get_and_validate_counter_sets(current)
+            validate_counter_consumption(counters, current)
+        except InvalidPoolError:
+            return False
         self.counter_sets[key] = counters
         return True
 
