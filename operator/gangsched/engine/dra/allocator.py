@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gangsched.engine.dra.allocated_state import SharedUse, generate_share_id, is_allocated, share_consumption
-from gangsched.engine.dra.constraints import Constraint
+from gangsched.engine.dra.constraints import Constraint, new_constraint
 from gangsched.engine.dra.consumable_capacity import capacity_fits, consumed_capacity
 from gangsched.engine.dra.pools import DeviceId, Pool, node_matches
 from gangsched.model import Node
@@ -358,7 +358,7 @@ class _Run:
                 f"claim {claim.namespace}/{claim.name}: number of requested devices {minimum} exceeds "
                 f"the claim limit of {MAX_DEVICES_PER_CLAIM}"
             )
-        self.constraints.append([Constraint(c) for c in claim.spec.constraints])
+        self.constraints.append([new_constraint(c) for c in claim.spec.constraints])
 
     def _request(
         self, i: int, claim: ClaimToAllocate, sub: SubRequest, parent: str | None, index: tuple[int, int, int]

@@ -13,20 +13,28 @@ count 3).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import Counter
-from typing import Any
 
 from gangsched.model.dra import Attribute, Device, DeviceConstraint
 
+# An attribute's value as constraints compare it: its kind and value (an int 1 is no bool true).
+AttributeValue = tuple[str, int | bool | str]
 
-class Constraint:
-    """A matchAttribute or distinctAttribute constraint of one claim, as the search adds devices."""
 
-    def __init__(self, spec: DeviceConstraint) -> None:
-        self.requests = set(spec.requests)
-        self.attribute = spec.match_attribute or spec.distinct_attribute or ""
-        self.match = spec.match_attribute is not None
-        self._values: Counter[tuple[str, Any]] = Counter()
+class Constraint(ABC):
+    """A constraint of one claim as the search adds devices to it and takes them back: the
+    requests it applies to (all when it names none), and how many devices so far have each
+    value of its attribute."""
+
+    def __init__(self, requests: set[str], attribute: str) -> None:
+        self.requests = requests
+        self.attribute = attribute
+        self._values: Counter[AttributeValue] = Counter()
+
+    @abstractmethod
+    def admits(self, value: AttributeValue) -> bool:
+        """Whether a device with `value` may join the devices added so far."""
 
     def applies(self, request: str, parent: str | None) -> bool:
         if not self.requests:
@@ -38,14 +46,8 @@ class Constraint:
     def add(self, request: str, parent: str | None, device: Device, driver: str) -> bool:
         if not self.applies(request, parent):
             return True
-        attribute = lookup_attribute(device, driver, self.attribute)
-        if attribute is None:
-            return False
-        value = (attribute.kind, attribute.value)
-        if self.match:
-            if self._values and value not in self._values:
-                return False
-        elif value in self._values:
+        value = attribute_value(device, driver, self.attribute)
+        if value is None or not self.admits(value):
             return False
         self._values[value] += 1
         return True
@@ -53,12 +55,33 @@ class Constraint:
     def remove(self, request: str, parent: str | None, device: Device, driver: str) -> None:
         if not self.applies(request, parent):
             return
-        attribute = lookup_attribute(device, driver, self.attribute)
-        if attribute is not None:
-            value = (attribute.kind, attribute.value)
+        value = attribute_value(device, driver, self.attribute)
+        if value is not None:
             self._values[value] -= 1
             if self._values[value] <= 0:
                 del self._values[value]
+
+
+class MatchAttributeConstraint(Constraint):
+    """matchAttributeConstraint: every device has the value the first one has."""
+
+    def admits(self, value: AttributeValue) -> bool:
+        return not self._values or value in self._values
+
+
+class DistinctAttributeConstraint(Constraint):
+    """distinctAttributeConstraint, pairwise (see the module docstring): no value twice."""
+
+    def admits(self, value: AttributeValue) -> bool:
+        return value not in self._values
+
+
+def new_constraint(spec: DeviceConstraint) -> Constraint:
+    """The constraint a claim's `constraints` entry asks for."""
+    attribute = spec.match_attribute or spec.distinct_attribute or ""
+    if spec.match_attribute is not None:
+        return MatchAttributeConstraint(set(spec.requests), attribute)
+    return DistinctAttributeConstraint(set(spec.requests), attribute)
 
 
 def lookup_attribute(device: Device, driver: str, name: str) -> Attribute | None:
@@ -69,3 +92,11 @@ def lookup_attribute(device: Device, driver: str, name: str) -> Attribute | None
     if not slash or domain != driver:
         return None
     return device.attributes.get(ident)
+
+
+def attribute_value(device: Device, driver: str, name: str) -> AttributeValue | None:
+    """The value of attribute `name` of `device` as constraints compare it; None without it.
+    The device table's attribute codes (matchAttribute and distinctAttribute when counting)
+    are these values."""
+    attribute = lookup_attribute(device, driver, name)
+    return None if attribute is None else (attribute.kind, attribute.value)

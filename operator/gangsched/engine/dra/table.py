@@ -25,7 +25,7 @@ import numpy.typing as npt
 from gangsched.engine.dra.allocated_state import holds_device, holds_share
 from gangsched.engine.dra.allocator import blocking_taint
 from gangsched.engine.dra.cel import CelCompileError, SelectorEvaluator
-from gangsched.engine.dra.constraints import lookup_attribute
+from gangsched.engine.dra.constraints import AttributeValue, attribute_value
 from gangsched.engine.dra.explain import SelectorFailure
 from gangsched.engine.dra.pools import (
     DeviceId,
@@ -165,7 +165,7 @@ class DeviceTable:
         ]
         self.tainted = [i for i, (_, d) in enumerate(self.entries) if d.taints]
         self._matches: dict[tuple[tuple[str, ...], tuple[str, ...]], Match] = {}
-        self._attributes: dict[str, tuple[IntArray, list[tuple[str, object]]]] = {}
+        self._attributes: dict[str, tuple[IntArray, list[AttributeValue]]] = {}
         self._blocked: dict[tuple[DeviceToleration, ...], BoolArray] = {}
         self._pools: dict[str, tuple[tuple[tuple[str, str], ...], list[Pool]]] = {}
         self._usable_at: dict[str, tuple[tuple[tuple[str, str], ...], frozenset[int]]] = {}
@@ -287,16 +287,17 @@ class DeviceTable:
             self._allocated[id(allocation)] = cached
         return cached[1], cached[2], cached[3]
 
-    def attribute_codes(self, name: str) -> tuple[IntArray, list[tuple[str, object]]]:
-        """Per device, a code for the value of attribute `name` (-1 without it), and the values."""
+    def attribute_codes(self, name: str) -> tuple[IntArray, list[AttributeValue]]:
+        """Per device, a code for its value of attribute `name` as constraints compare values
+        (`constraints.attribute_value`; -1 without it), and the values."""
         cached = self._attributes.get(name)
         if cached is None:
-            values: dict[tuple[str, object], int] = {}
+            values: dict[AttributeValue, int] = {}
             codes = np.full(self.size, -1, dtype=np.int64)
             for i, (slice_, device) in enumerate(self.entries):
-                attribute = lookup_attribute(device, slice_.driver, name)
-                if attribute is not None:
-                    codes[i] = values.setdefault((attribute.kind, attribute.value), len(values))
+                value = attribute_value(device, slice_.driver, name)
+                if value is not None:
+                    codes[i] = values.setdefault(value, len(values))
             cached = (codes, list(values))
             self._attributes[name] = cached
         return cached
