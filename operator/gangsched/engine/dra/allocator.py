@@ -1,21 +1,23 @@
 """Exact device allocation on one node: a port of kube-scheduler v1.36.3's structured allocator.
 
-The search itself, a port of `k8s.io/dynamic-resource-allocation/structured/internal/incubating`'s
-allocator_incubating.go (the variant kube-scheduler runs with its default gates): claims, then
-requests, then devices, first full solution wins, combinations not permutations within a
-request. Per device, in order: not in use (allocated anywhere, or being allocated now;
-adminAccess requests only skip devices of the same claim), class then request selectors (CEL),
-per-device node selection, consumable capacity, counters of partitionable devices, taints
-(NoSchedule/NoExecute unless tolerated), constraints. `firstAvailable` tries subrequests in
-order and keeps the first that lets the whole search finish; `All` takes every selectable
-device of complete pools. At most 32 devices per claim. The results and their node selector
-(createNodeSelector) are made here too.
+This module ports the search, allocator_incubating.go of
+`k8s.io/dynamic-resource-allocation/structured/internal/incubating` (the variant kube-scheduler
+runs with its default gates): claims, then requests, then devices, first full solution wins,
+combinations not permutations within a request. Per device, in order: not in use (allocated
+anywhere, or being allocated now; adminAccess requests only skip devices of the same claim),
+class then request selectors (CEL), per-device node selection, consumable capacity, counters of
+partitionable devices, taints (NoSchedule/NoExecute unless tolerated), constraints.
+`firstAvailable` tries subrequests in order and keeps the first that lets the whole search
+finish; `All` takes every selectable device of complete pools. At most 32 devices per claim. A
+shared device (`allowMultipleAllocations`) consumes its counters once: a second share skips the
+counter check. The results (shares with `consumedCapacity` and a fresh `shareID`) and their node
+selector (createNodeSelector) are made here too.
 
 The rest of upstream's package has a module each: `pools` (pools_incubating.go),
-`allocated_state` (allocatedstate.go: what allocated claims hold, `SharedUse` per shared
-device), `consumable_capacity` (consumable_capacity.go) and `constraints` (constraint.go).
-A shared device consumes its counters once: a second share skips the counter check. Shared
-results carry `consumedCapacity` and a fresh `shareID`.
+`allocated_state` (allocatedstate.go), `consumable_capacity` (consumable_capacity.go) and
+`constraints` (constraint.go). The counter arithmetic (checkAvailableCounters) and the taint
+check (taintPreventsAllocation) are functions here, which the device table's counting (`table`,
+`state`) and explanations (`explain`) use too.
 
 Where this port differs on purpose (`tests/unit/test_dra_oracle.py` checks the rest against
 the Go code; `constraints` has the other difference):
@@ -206,9 +208,9 @@ def available_counters(
     counter_sets: Mapping[str, Mapping[str, int]], allocated: Iterable[Device]
 ) -> CounterSets:
     """checkAvailableCounters' first part: a pool's counter sets less what its `allocated`
-    devices consume; a counter may go below zero (then none is left). A device consuming a
-    counter its pool lacks, which only the device table meets (see `counters_fit`): a counter
-    set the pool lacks is passed over, a counter missing from a set it has taken from zero."""
+    devices consume; a counter may go below zero (then none is left). Only the device table
+    meets a device consuming a counter its pool lacks (see `counters_fit`): a set the pool
+    lacks is passed over, a counter missing from a set it has is taken from zero."""
     consumed: CounterSets = {}
     for device in allocated:
         consume_counters(consumed, device)

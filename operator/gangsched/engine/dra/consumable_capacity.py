@@ -20,7 +20,7 @@ from gangsched.model.dra import Amount, Device, DeviceCapacity, RequestPolicy
 from gangsched.quantity import format_nano, units_rounded_up
 
 
-def _consumed(requested: Amount | None, capacity: DeviceCapacity) -> int:
+def _consumed_nano(requested: Amount | None, capacity: DeviceCapacity) -> int:
     """calculateConsumedCapacity, in nano-units."""
     policy = capacity.request_policy
     if requested is None:  # fillEmptyRequest
@@ -44,7 +44,7 @@ def _consumed(requested: Amount | None, capacity: DeviceCapacity) -> int:
     return requested.nano
 
 
-def _violates(consumed: int, policy: RequestPolicy | None) -> bool:
+def _violates_policy(consumed: int, policy: RequestPolicy | None) -> bool:
     """violatesPolicy. Upstream first lets the default through (by struct equality; API
     validation makes the default valid, so value equality gives the same answer)."""
     if policy is None or (policy.default is not None and consumed == policy.default.nano):
@@ -74,8 +74,8 @@ def capacity_fits(
     if any(name not in device.capacities for name in wanted):
         return False  # upstream: an error, and the device is skipped
     for name, capacity in device.capacities.items():
-        consumed = _consumed(wanted.get(name), capacity)
-        if _violates(consumed, capacity.request_policy):
+        consumed = _consumed_nano(wanted.get(name), capacity)
+        if _violates_policy(consumed, capacity.request_policy):
             return False
         total = consumed
         if allocated is not None:
@@ -94,7 +94,7 @@ def consumed_capacity(requests: Sequence[tuple[str, Amount]], device: Device) ->
     wanted = dict(requests)
     out: dict[str, Amount] = {}
     for name, capacity in device.capacities.items():
-        nano = _consumed(wanted.get(name), capacity)
+        nano = _consumed_nano(wanted.get(name), capacity)
         policy = capacity.request_policy
         spelled = [wanted.get(name), capacity.value]
         if policy is not None:

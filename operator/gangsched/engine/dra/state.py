@@ -153,7 +153,7 @@ class DeviceState:
             if rows:
                 self.in_use.add(device_id)
                 self.free[rows] = False
-        self._counters: dict[tuple[str, str], dict[str, dict[str, int]]] | None = None
+        self._counters: dict[tuple[str, str], CounterSets] | None = None
 
     def fork(self, freed: Sequence[AllocatedDevice] = ()) -> DeviceState:
         """A copy to allocate on, leaving this one as it is, with the `freed` results of

@@ -156,7 +156,7 @@ class DeviceTable:
         self._allocated: dict[
             int, tuple[Allocation, list[DeviceId], IntArray, tuple[AllocatedDevice, ...]]
         ] = {}
-        # Shared devices count by shares, not through counters (see the module docstring).
+        # Shared devices count by shares, not through counters (see `state`'s docstring).
         self.shared_devices = [i for i, (_, d) in enumerate(self.entries) if d.allow_multiple_allocations]
         self.counter_devices = [
             i
