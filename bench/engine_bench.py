@@ -43,7 +43,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testing"))  # gangsched_testing
 
 from gangsched.engine import GroupDecision, GroupRequest, Snapshot, schedule_groups
-from gangsched.engine.dra.inventory import DeviceCaches, DeviceState
+from gangsched.engine.dra.state import DeviceState
+from gangsched.engine.dra.table import DeviceCaches
 from gangsched.model import (
     Node,
     Pod,

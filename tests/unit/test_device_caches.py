@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gangsched.engine import CycleResult, DeviceCaches, DraObjects, schedule_cycle
-from gangsched.engine.dra.inventory import DeviceState
+from gangsched.engine.dra.state import DeviceState
 from gangsched.engine.snapshot import Snapshot
 from gangsched.model import Node, Pod
 from gangsched_testing import dra

@@ -40,7 +40,8 @@ Ignored: timings and error messages (only their kind counts; the messages are cl
 texts differ). For selectors: whether each compiles, and per
 device whether it matches, does not match, or fails at run time.
 
-**Known, intended differences** (`engine/dra/allocator.py` docstring), never silently skipped:
+**Known, intended differences** (docstrings of `engine/dra/constraints.py` and
+`engine/dra/allocator.py`), never silently skipped:
 
 - *distinctAttribute.* Upstream remembers one value per request name
   (`incubating/constraint.go`), so a request with more than one device can get duplicates;
@@ -96,17 +97,16 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from gangsched.engine.dra.allocated_state import SharedUse, gather_allocated
 from gangsched.engine.dra.allocator import (
     AllocationError,
     CelError,
     ClaimToAllocate,
     FailedOnNodeError,
     NodeAllocator,
-    SharedUse,
-    gather_allocated,
-    lookup_attribute,
 )
 from gangsched.engine.dra.cel import SelectorEvaluator
+from gangsched.engine.dra.constraints import lookup_attribute
 from gangsched.engine.dra.pools import DeviceId, gather_pools
 from gangsched.model.dra import (
     Attribute,

@@ -34,8 +34,9 @@ from test_dra_oracle import NODE, OTHER_NODE, THIRD_NODE, allocation_problems, p
 
 from gangsched.engine.dra.allocator import AllocationError, ClaimToAllocate, NodeAllocator
 from gangsched.engine.dra.claims import ResolvedClaims, reduce, resolve
-from gangsched.engine.dra.inventory import DeviceCaches, DeviceState, DraObjects
 from gangsched.engine.dra.pools import DeviceId
+from gangsched.engine.dra.state import DeviceState, DraObjects
+from gangsched.engine.dra.table import DeviceCaches
 from gangsched.model import Node
 from gangsched.model.dra import parse_device_class, parse_resource_claim, parse_resource_slice
 from gangsched.model.node import parse_node

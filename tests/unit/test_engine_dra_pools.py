@@ -4,7 +4,7 @@ and per-device node selection.
 Upstream's GatherPools decides per node which slices count (engine/dra/pools.py): a node uses
 the newest generation among the slices relevant to it, complete when they are all there (or,
 when some are elsewhere, when the whole generation is and no newer one exists). The device
-table and its counts (`engine/dra/inventory.py`) must give the same per-node answer, or the
+table and its counts (`engine/dra/table.py`, `state.py`) must give the same per-node answer, or the
 engine calls a gang "can never fit" where kube-scheduler would allocate. Each case here is
 one where upstream's answer was checked with hack/dra-oracle (the generated cases of
 tests/unit/test_dra_oracle.py and tests/unit/test_dra_table_bound.py cover them broadly).

@@ -10,7 +10,7 @@ import numpy as np
 
 from gangsched.engine import DeviceCaches
 from gangsched.engine.dra.allocator import ClaimToAllocate
-from gangsched.engine.dra.inventory import DeviceState
+from gangsched.engine.dra.state import DeviceState
 from gangsched.engine.snapshot import Snapshot
 from gangsched_testing import dra
 from gangsched_testing.builders import node, pod

@@ -17,12 +17,15 @@ One job per module, lowest first:
   reservation  anti-starvation: nodes held back for a group that waited too long
   group        one group: capacity, placer, and for pods with claims, their devices
   cycle        one cycle: every group in queue order on one snapshot
-  dra/         devices (DRA): claims, the device inventory, pools, the structured
-               allocator's port, CEL selectors
+  dra/         devices (DRA): claims; the structured allocator's port, a module per
+               upstream file (allocator, pools, allocated_state, constraints,
+               consumable_capacity); gangsched's own device table, per-cycle state and
+               counts, and explanations; CEL selectors
 """
 
 from gangsched.engine.cycle import schedule_cycle, schedule_groups
-from gangsched.engine.dra.inventory import DeviceCaches, DraObjects
+from gangsched.engine.dra.state import DraObjects
+from gangsched.engine.dra.table import DeviceCaches
 from gangsched.engine.preemption import BoundPods
 from gangsched.engine.queue import queue_order
 from gangsched.engine.reservation import DEFAULT_RESERVATION_AFTER_SECONDS

@@ -12,7 +12,8 @@ import numpy as np
 
 from gangsched.engine.dra.allocator import AllocationResult
 from gangsched.engine.dra.extended import delegate
-from gangsched.engine.dra.inventory import DeviceCaches, DeviceState, DraObjects
+from gangsched.engine.dra.state import DeviceState, DraObjects
+from gangsched.engine.dra.table import DeviceCaches
 from gangsched.engine.group import place_group, unplaced
 from gangsched.engine.preemption import BoundPods, Running, find_preemption, may_preempt
 from gangsched.engine.queue import Queue, belongs, build_queue, order_key, queue_order

@@ -5,7 +5,7 @@ A group without claims is placed in one pass (capacity -> placer -> commit). Wit
 
 1. Claims are resolved (`dra.claims`); a missing one keeps the group waiting.
 2. For each firstAvailable variant in order, the group is placed with devices as one more
-   capacity column per pod class (`dra.inventory`): topology and devices in one pass.
+   capacity column per pod class (`dra.state`): topology and devices in one pass.
 3. A claim shared by several pending pods (or a PodGroup's own claim, shared by every
    member) keeps its users on nodes its devices can be allocated for. It is allocated once,
    together with its users' own claims (one allocator call, so its devices are counted once
@@ -33,7 +33,9 @@ import numpy as np
 from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.dra.allocator import AllocationError, AllocationResult
 from gangsched.engine.dra.claims import ClaimUse, ResolvedClaims, WaitingForClaims, resolve, selector_terms
-from gangsched.engine.dra.inventory import Demand, DeviceState, Need, SelectorFailure
+from gangsched.engine.dra.explain import SelectorFailure
+from gangsched.engine.dra.explain import node_reasons as device_reasons
+from gangsched.engine.dra.state import Demand, DeviceState, Need
 from gangsched.engine.explain import explain, explain_best
 from gangsched.engine.fill import Attempt
 from gangsched.engine.placer import Placer
@@ -155,7 +157,7 @@ class GroupDevices:
         assert isinstance(key, DeviceKey)
         if not key.demand.needs:
             return Counter({"no node allowed by the claims' allocation": int(nodes.size)})
-        return self.state.node_reasons(key.demand, nodes)
+        return device_reasons(self.state, key.demand, nodes)
 
     def excluded(self, key: Hashable, nodes: IntArray) -> Counter[str]:
         assert isinstance(key, DeviceKey)

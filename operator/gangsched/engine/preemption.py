@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gangsched.engine.dra.allocator import AllocationResult
-from gangsched.engine.dra.inventory import DeviceState
 from gangsched.engine.dra.pools import DeviceId
+from gangsched.engine.dra.state import DeviceState
 from gangsched.engine.group import place_group
 from gangsched.engine.snapshot import BoolArray, Snapshot
 from gangsched.engine.types import GroupDecision, GroupRequest, Preemption, Unit, WaitForTerminating

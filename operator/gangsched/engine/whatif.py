@@ -33,7 +33,7 @@ from gangsched.engine.capacity import GroupCapacity
 from gangsched.engine.cycle import schedule_cycle
 from gangsched.engine.dra.allocator import AllocationResult
 from gangsched.engine.dra.claims import WaitingForClaims
-from gangsched.engine.dra.inventory import DeviceState, DraObjects
+from gangsched.engine.dra.state import DeviceState, DraObjects
 from gangsched.engine.explain import DomainFit, NodeReasons, domain_fits, node_reasons
 from gangsched.engine.group import GroupDevices, device_variants, place_group
 from gangsched.engine.placer import Placer

@@ -1,5 +1,6 @@
 """Exact device allocation on one node: a port of kube-scheduler v1.36.3's structured allocator.
 
+This module ports the search, allocator_incubating.go of
 `k8s.io/dynamic-resource-allocation/structured/internal/incubating` (the variant kube-scheduler
 runs with its default gates): claims, then requests, then devices, first full solution wins,
 combinations not permutations within a request. Per device, in order: not in use (allocated
@@ -7,56 +8,47 @@ anywhere, or being allocated now; adminAccess requests only skip devices of the 
 class then request selectors (CEL), per-device node selection, consumable capacity, counters of
 partitionable devices, taints (NoSchedule/NoExecute unless tolerated), constraints.
 `firstAvailable` tries subrequests in order and keeps the first that lets the whole search
-finish; `All` takes every selectable device of complete pools. At most 32 devices per claim.
+finish; `All` takes every selectable device of complete pools. At most 32 devices per claim. A
+shared device (`allowMultipleAllocations`) consumes its counters once: a second share skips the
+counter check. The results (shares with `consumedCapacity` and a fresh `shareID`) and their node
+selector (createNodeSelector) are made here too.
 
-Consumable capacity (KEP-5075, `consumable_capacity.go`): a device with
-`allowMultipleAllocations` is never "in use"; it is shared by any number of claims (and twice by
-one claim, through two requests) while the sum of what they consume stays within each capacity.
-A share consumes, per capacity of the device, the request's `capacity.requests` rounded up by the
-capacity's `requestPolicy` (validRange: to `min`, then to a multiple of `step` counted in whole
-units, `Quantity.Value()`; validValues: to the next valid value), or the policy's `default`, or
-the whole capacity when the request names none; a value the policy still forbids does not fit,
-and a request naming a capacity the device lacks never fits. This check runs on every device,
-shared or not. What allocated claims consume comes in as `SharedUse` per device (their results
-with a `shareID`); results without one make their device in use, as kube-scheduler's
-`GatherAllocatedState` does. A shared device consumes its counters once: a second share skips the
-counter check. Shared results carry `consumedCapacity` and a fresh `shareID`.
+The rest of upstream's package has a module each: `pools` (pools_incubating.go),
+`allocated_state` (allocatedstate.go), `consumable_capacity` (consumable_capacity.go) and
+`constraints` (constraint.go). The counter arithmetic (checkAvailableCounters) and the taint
+check (taintPreventsAllocation) are functions here, which the device table's counting (`table`,
+`state`) and explanations (`explain`) use too.
 
 Where this port differs on purpose (`tests/unit/test_dra_oracle.py` checks the rest against
-the Go code):
+the Go code; `constraints` has the other difference):
 
-- `distinctAttribute` is truly pairwise. Upstream remembers one value per request name, so a
-  request with count > 1 can get two devices with the same value (numa 0,1,0 with count 3).
 - Counters are kept per (driver, pool). Upstream caches them by pool name alone, so two drivers
   with a pool of the same name share (and can wrongly exhaust) one another's counter sets.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gangsched.engine.dra.allocated_state import SharedUse, generate_share_id, is_allocated, share_consumption
+from gangsched.engine.dra.constraints import Constraint, new_constraint
+from gangsched.engine.dra.consumable_capacity import capacity_fits, consumed_capacity
 from gangsched.engine.dra.pools import DeviceId, Pool, node_matches
 from gangsched.model import Node
 from gangsched.model.dra import (
     MAX_DEVICES_PER_CLAIM,
-    AllocatedDevice,
     Amount,
-    Attribute,
     ClaimSpec,
     Device,
-    DeviceCapacity,
     DeviceClass,
-    DeviceConstraint,
+    DeviceTaint,
     DeviceToleration,
-    RequestPolicy,
     ResourceSlice,
     SubRequest,
 )
-from gangsched.quantity import format_nano, units_rounded_up
 
 # (expression, driver, device, slice) -> whether the device matches; raises CelError.
 Matcher = Callable[[str, str, Device, ResourceSlice], bool]
@@ -181,144 +173,6 @@ class _Request:
         return bool(self.sub.admin_access)
 
 
-@dataclass(slots=True)
-class SharedUse:
-    """The shares of one allowMultipleAllocations device, and what they consume (nano-units).
-
-    For allocated claims it is upstream's AllocatedSharedDeviceIDs (`shares`) and
-    AggregatedCapacity (`consumed`, whose entry exists while `recorded` > 0: only results that
-    carry consumedCapacity make one, and only that entry lets a new share skip the counters)."""
-
-    shares: int = 0
-    recorded: int = 0
-    consumed: dict[str, int] = field(default_factory=dict)
-
-    def add(self, consumed: Mapping[str, int] | None) -> None:
-        self.shares += 1
-        if consumed is not None:
-            self.recorded += 1
-            for name, nano in consumed.items():
-                self.consumed[name] = self.consumed.get(name, 0) + nano
-
-    def remove(self, consumed: Mapping[str, int] | None) -> None:
-        self.shares -= 1
-        if consumed is not None:
-            self.recorded -= 1
-            for name, nano in consumed.items():
-                self.consumed[name] = self.consumed.get(name, 0) - nano
-
-    def copy(self) -> SharedUse:
-        return SharedUse(self.shares, self.recorded, dict(self.consumed))
-
-
-def share_consumption(device: AllocatedDevice) -> dict[str, int] | None:
-    """What an allocated result's share consumes, by capacity name (None: nothing recorded)."""
-    if device.consumed_capacity is None:
-        return None
-    return {name: amount.nano for name, amount in device.consumed_capacity}
-
-
-def gather_allocated(
-    results: Iterable[AllocatedDevice], in_use: set[DeviceId], shared: dict[DeviceId, SharedUse]
-) -> None:
-    """kube-scheduler's GatherAllocatedState for some allocated results: adminAccess results hold
-    nothing; a result with a shareID adds a share (and its consumedCapacity) to its device; any
-    other makes its device in use."""
-    for device in results:
-        if device.admin_access:
-            continue
-        if device.share_id is not None:
-            shared.setdefault(device.device_id, SharedUse()).add(share_consumption(device))
-        else:
-            in_use.add(device.device_id)
-
-
-def _consumed(requested: Amount | None, capacity: DeviceCapacity) -> int:
-    """calculateConsumedCapacity, in nano-units."""
-    policy = capacity.request_policy
-    if requested is None:  # fillEmptyRequest
-        return (
-            policy.default.nano if policy is not None and policy.default is not None else capacity.value.nano
-        )
-    if policy is None:
-        return requested.nano
-    if policy.valid_range is not None:  # roundUpRange (min is required)
-        bounds = policy.valid_range
-        if requested.nano < bounds.min.nano:
-            return bounds.min.nano
-        if bounds.step is None:
-            return requested.nano
-        low, step = units_rounded_up(bounds.min.nano), units_rounded_up(bounds.step.nano)
-        steps = -(-(units_rounded_up(requested.nano) - low) // step)
-        return (low + step * steps) * 10**9
-    for valid in policy.valid_values:  # roundUpValidValues
-        if requested.nano <= valid.nano:
-            return valid.nano
-    return requested.nano
-
-
-def _violates(consumed: int, policy: RequestPolicy | None) -> bool:
-    """violatesPolicy. Upstream first lets the default through (by struct equality; API
-    validation makes the default valid, so value equality gives the same answer)."""
-    if policy is None or (policy.default is not None and consumed == policy.default.nano):
-        return False
-    if policy.valid_range is not None:
-        bounds = policy.valid_range
-        if bounds.max is not None and consumed > bounds.max.nano:
-            return True
-        if bounds.step is not None:
-            added = units_rounded_up(consumed) - units_rounded_up(bounds.min.nano)
-            return added % units_rounded_up(bounds.step.nano) != 0
-        return False
-    if policy.valid_values:
-        return all(consumed != valid.nano for valid in policy.valid_values)
-    return False
-
-
-def capacity_fits(
-    requests: Sequence[tuple[str, Amount]],
-    device: Device,
-    allocated: SharedUse | None = None,
-    allocating: SharedUse | None = None,
-) -> bool:
-    """CmpRequestOverCapacity: whether a request's capacity.requests fit what is left of every
-    capacity of `device` after `allocated` and `allocating` shares, under the request policies."""
-    wanted = dict(requests)
-    if any(name not in device.capacities for name in wanted):
-        return False  # upstream: an error, and the device is skipped
-    for name, capacity in device.capacities.items():
-        consumed = _consumed(wanted.get(name), capacity)
-        if _violates(consumed, capacity.request_policy):
-            return False
-        total = consumed
-        if allocated is not None:
-            total += allocated.consumed.get(name, 0)
-        if allocating is not None:
-            total += allocating.consumed.get(name, 0)
-        if total > capacity.value.nano:
-            return False
-    return True
-
-
-def consumed_capacity(requests: Sequence[tuple[str, Amount]], device: Device) -> dict[str, Amount]:
-    """GetConsumedCapacityFromRequest: what one share consumes of each capacity of `device`.
-    A value the request or policy spells is kept as written; one rounded by a step is a count
-    of whole units, as upstream's `NewQuantity(val, BinarySI)`."""
-    wanted = dict(requests)
-    out: dict[str, Amount] = {}
-    for name, capacity in device.capacities.items():
-        nano = _consumed(wanted.get(name), capacity)
-        policy = capacity.request_policy
-        spelled = [wanted.get(name), capacity.value]
-        if policy is not None:
-            spelled += [policy.default, *policy.valid_values]
-            if policy.valid_range is not None:
-                spelled.append(policy.valid_range.min)
-        text = next((a.text for a in spelled if a is not None and a.nano == nano), None)
-        out[name] = Amount(nano, text if text is not None else format_nano(nano))
-    return out
-
-
 class _MaxSizeExceededError(Exception):
     """Backtracking signal: this branch would exceed 32 devices in a claim."""
 
@@ -327,60 +181,66 @@ class _OutOfStepsError(Exception):
     """The search tried more candidate devices than its budget allowed."""
 
 
-class _Constraint:
-    def __init__(self, spec: DeviceConstraint) -> None:
-        self.requests = set(spec.requests)
-        self.attribute = spec.match_attribute or spec.distinct_attribute or ""
-        self.match = spec.match_attribute is not None
-        self._values: Counter[tuple[str, Any]] = Counter()
+def blocking_taint(device: Device, tolerations: Sequence[DeviceToleration]) -> DeviceTaint | None:
+    """taintPreventsAllocation: the first NoSchedule or NoExecute taint of `device` none of
+    `tolerations` tolerates; None when the device may be allocated (other effects never stop
+    it). The device table's `blocked` and the explanations' taint are this rule too."""
+    for taint in device.taints:
+        if taint.effect in ("NoSchedule", "NoExecute") and not any(t.tolerates(taint) for t in tolerations):
+            return taint
+    return None
 
-    def applies(self, request: str, parent: str | None) -> bool:
-        if not self.requests:
-            return True
-        if parent is None:
-            return request in self.requests
-        return parent in self.requests or f"{parent}/{request}" in self.requests
 
-    def add(self, request: str, parent: str | None, device: Device, driver: str) -> bool:
-        if not self.applies(request, parent):
-            return True
-        attribute = lookup_attribute(device, driver, self.attribute)
-        if attribute is None:
+# counter set -> counter -> value (milli-units): a pool's counters, or what devices consume of them
+CounterSets = dict[str, dict[str, int]]
+
+
+def consume_counters(consumed: CounterSets, device: Device, sign: int = 1) -> None:
+    """Add what `device` consumes of its pool's counters to `consumed` (`sign` -1: take it
+    away again, deallocateCountersForDevice)."""
+    for consumption in device.consumes_counters:
+        counters = consumed.setdefault(consumption.counter_set, {})
+        for name, value in consumption.counters:
+            counters[name] = counters.get(name, 0) + sign * value
+
+
+def available_counters(
+    counter_sets: Mapping[str, Mapping[str, int]], allocated: Iterable[Device]
+) -> CounterSets:
+    """checkAvailableCounters' first part: a pool's counter sets less what its `allocated`
+    devices consume; a counter may go below zero (then none is left). Only the device table
+    meets a device consuming a counter its pool lacks (see `counters_fit`): a set the pool
+    lacks is passed over, a counter missing from a set it has is taken from zero."""
+    consumed: CounterSets = {}
+    for device in allocated:
+        consume_counters(consumed, device)
+    available: CounterSets = {}
+    for set_name, counters in counter_sets.items():
+        left = dict(counters)
+        for name, value in consumed.get(set_name, {}).items():
+            left[name] = left.get(name, 0) - value
+        available[set_name] = left
+    return available
+
+
+def counters_fit(
+    available: Mapping[str, Mapping[str, int]], consumed: Mapping[str, Mapping[str, int]]
+) -> bool:
+    """checkAvailableCounters' test: no counter of `available` is below what is `consumed` of
+    it, and nothing is consumed of a counter `available` lacks.
+
+    The search meets only counters its pool has (a pool is valid only when every counter its
+    devices consume exists), where this is upstream's test exactly. The device table also
+    counts over unsettled pools, which some nodes may find invalid: there a device consuming a
+    counter its pool lacks never fits."""
+    for set_name, counters in available.items():
+        used = consumed.get(set_name, {})
+        if any(have < used.get(name, 0) for name, have in counters.items()):
             return False
-        value = (attribute.kind, attribute.value)
-        if self.match:
-            if self._values and value not in self._values:
-                return False
-        elif value in self._values:
-            return False
-        self._values[value] += 1
-        return True
-
-    def remove(self, request: str, parent: str | None, device: Device, driver: str) -> None:
-        if not self.applies(request, parent):
-            return
-        attribute = lookup_attribute(device, driver, self.attribute)
-        if attribute is not None:
-            value = (attribute.kind, attribute.value)
-            self._values[value] -= 1
-            if self._values[value] <= 0:
-                del self._values[value]
-
-
-def lookup_attribute(device: Device, driver: str, name: str) -> Attribute | None:
-    """A fully qualified attribute name, or the bare id when its domain is the driver."""
-    if name in device.attributes:
-        return device.attributes[name]
-    domain, slash, ident = name.partition("/")
-    if not slash or domain != driver:
-        return None
-    return device.attributes.get(ident)
-
-
-def taint_blocks(device: Device, tolerations: Sequence[DeviceToleration]) -> bool:
-    return any(
-        t.effect in ("NoSchedule", "NoExecute") and not any(tol.tolerates(t) for tol in tolerations)
-        for t in device.taints
+    return all(
+        value <= 0 or name in available.get(set_name, {})
+        for set_name, used in consumed.items()
+        for name, value in used.items()
     )
 
 
@@ -405,7 +265,7 @@ class NodeAllocator:
         self.in_use = in_use
         self.shared: Mapping[DeviceId, SharedUse] = shared if shared is not None else {}
         self.matcher = matcher
-        self._available: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
+        self._available: dict[tuple[str, str], CounterSets] = {}
 
     # ------------------------------------------------------------------ entry point
 
@@ -447,27 +307,19 @@ class NodeAllocator:
             self.node, device.node_name, device.all_nodes, device.node_selector
         )
 
-    def allocated(self, device: DeviceId) -> bool:
-        """IsDeviceAllocated: in use, or holding a share of an allocated claim."""
-        if device in self.in_use:
-            return True
-        use = self.shared.get(device)
-        return use is not None and use.shares > 0
-
-    def available_counters(self, pool: Pool) -> dict[str, dict[str, int]]:
+    def available_counters(self, pool: Pool) -> CounterSets:
         """The pool's shared counters minus what allocated devices consume (cached)."""
         cached = self._available.get(pool.key)
         if cached is None:
-            cached = {name: dict(counters) for name, counters in pool.counter_sets.items()}
-            for slice_ in [*pool.slices, *pool.slices_elsewhere]:
-                for device in slice_.devices:
-                    if not self.allocated((slice_.driver, slice_.pool, device.name)):
-                        continue
-                    for consumption in device.consumes_counters:
-                        counters = cached.get(consumption.counter_set, {})
-                        for name, value in consumption.counters:
-                            if name in counters:
-                                counters[name] -= value
+            cached = available_counters(
+                pool.counter_sets,
+                (
+                    device
+                    for slice_ in [*pool.slices, *pool.slices_elsewhere]
+                    for device in slice_.devices
+                    if is_allocated((slice_.driver, slice_.pool, device.name), self.in_use, self.shared)
+                ),
+            )
             self._available[pool.key] = cached
         return cached
 
@@ -481,12 +333,12 @@ class _Run:
         self.steps_left = budget
         self.requests: dict[tuple[int, int, int], _Request] = {}
         self.selected_sub: dict[tuple[int, int], int] = {}
-        self.constraints: list[list[_Constraint]] = []
+        self.constraints: list[list[Constraint]] = []
         self.allocating: dict[DeviceId, Counter[int]] = {}
         # Shares of allowMultipleAllocations devices taken in this run (upstream's
         # allocatingCapacity; those devices never enter `allocating`).
         self.allocating_shares: dict[DeviceId, SharedUse] = {}
-        self.consumed: dict[tuple[str, str], dict[str, Counter[str]]] = {}
+        self.consumed: dict[tuple[str, str], CounterSets] = {}  # per pool, by this run
         self.results: list[list[DeviceResult]] = [[] for _ in claims]
         self.matches: dict[tuple[DeviceId, int, int, int], bool] = {}
         for i, claim in enumerate(claims):
@@ -508,7 +360,7 @@ class _Run:
                 f"claim {claim.namespace}/{claim.name}: number of requested devices {minimum} exceeds "
                 f"the claim limit of {MAX_DEVICES_PER_CLAIM}"
             )
-        self.constraints.append([_Constraint(c) for c in claim.spec.constraints])
+        self.constraints.append([new_constraint(c) for c in claim.spec.constraints])
 
     def _request(
         self, i: int, claim: ClaimToAllocate, sub: SubRequest, parent: str | None, index: tuple[int, int, int]
@@ -678,12 +530,12 @@ class _Run:
         counters = check_counters and self._reserve_counters(pool, device)
         if check_counters and not counters:
             return None
-        if taint_blocks(device, data.sub.tolerations):
+        if blocking_taint(device, data.sub.tolerations) is not None:
             if counters:
                 self._release_counters(pool, device)
             return None
         name, parent = data.sub.name, data.parent
-        added: list[_Constraint] = []
+        added: list[Constraint] = []
         for constraint in self.constraints[i]:
             if not constraint.add(name, parent, device, slice_.driver):
                 for done in reversed(added):
@@ -711,8 +563,8 @@ class _Run:
         share: dict[str, int] | None = None
         if shared:
             consumed = consumed_capacity(data.sub.capacity_requests, device)
-            share = {name: amount.nano for name, amount in consumed.items()}
-            share_id = str(uuid.uuid4())  # internal.GenerateShareID
+            share = share_consumption(consumed)
+            share_id = generate_share_id()
             self.allocating_shares.setdefault(device_id, SharedUse()).add(share)
         else:
             self.allocating.setdefault(device_id, Counter())[i] += 1
@@ -749,24 +601,15 @@ class _Run:
         return undo
 
     def _reserve_counters(self, pool: Pool, device: Device) -> bool:
-        available = self.owner.available_counters(pool)
         consumed = self.consumed.setdefault(pool.key, {})
-        for consumption in device.consumes_counters:
-            target = consumed.setdefault(consumption.counter_set, Counter())
-            for name, value in consumption.counters:
-                target[name] += value
-        for set_name, counters in available.items():
-            used = consumed.get(set_name, Counter())
-            if any(value < used.get(name, 0) for name, value in counters.items()):
-                self._release_counters(pool, device)
-                return False
-        return True
+        consume_counters(consumed, device)
+        if counters_fit(self.owner.available_counters(pool), consumed):
+            return True
+        consume_counters(consumed, device, -1)
+        return False
 
     def _release_counters(self, pool: Pool, device: Device) -> None:
-        consumed = self.consumed[pool.key]
-        for consumption in device.consumes_counters:
-            for name, value in consumption.counters:
-                consumed[consumption.counter_set][name] -= value
+        consume_counters(self.consumed[pool.key], device, -1)
 
     # ------------------------------------------------------------------ results
 

@@ -330,7 +330,7 @@ class SelectorEvaluator:
     the CEL inputs (`DeviceInput`) belong to the thread that built them and are dropped with
     `new_cycle()`, which the engine calls at the start of each cycle on its worker thread.
     Selectors are compiled by `cel` (its own `DraCel` unless given one): nothing is shared with
-    another evaluator (`inventory.DeviceCaches` holds the engine's).
+    another evaluator (`table.DeviceCaches` holds the engine's).
     """
 
     def __init__(self, max_results: int = 1_000_000, cel: DraCel | None = None) -> None:

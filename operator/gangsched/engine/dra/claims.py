@@ -7,7 +7,7 @@ claim, what it means for placement:
 - **allocated** (earlier, or by a group before this one in the cycle): no devices to find;
   its `nodeSelector` limits the pod to the nodes it allows;
 - **own** (unallocated, used by this pod alone among the group's pending pods): allocated per
-  pod, counted per node by `inventory.DeviceState.pod_slots`;
+  pod, counted per node by `state.DeviceState.pod_slots`;
 - **shared** (unallocated, used by several pending pods of the group): allocated once, then
   its `nodeSelector` binds every user (`engine.group`).
 
@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gangsched.engine.dra.allocator import AllocationResult, ClaimToAllocate
-from gangsched.engine.dra.inventory import Alignment, Demand, Need
+from gangsched.engine.dra.state import Alignment, Demand, Need
 from gangsched.model import Key, Pod, SelectorTerm
 from gangsched.model.dra import ClaimSpec, DeviceRequest, ResourceClaim
 from gangsched.model.pod import node_selector_terms

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from gangsched.engine.dra.inventory import DraObjects
+from gangsched.engine.dra.state import DraObjects
 from gangsched.model import Node, Pod
 from gangsched.model.dra import ClaimSpec, DeviceClass, DeviceRequest, ResourceClaim, SubRequest
 from gangsched.model.pod import ExtendedRequest, PodClaim

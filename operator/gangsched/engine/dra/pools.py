@@ -15,7 +15,8 @@ allocates from both (from A only generation 1 is relevant, and it is complete by
 newer generation elsewhere only matters when this node's slices do not complete the pool on
 their own (then the pool is obsolete here and ignored). Device names must be unique among the
 slices a node uses, not pool-wide: a multi-host pool may repeat names across hosts' slices.
-`DeviceTable` counts with the same per-node answer (`usable_slice_ids`).
+`DeviceTable` counts with the same per-node answer (`usable_slice_ids`), and checks a pool that
+is the same from every node with the same three validations.
 """
 
 from __future__ import annotations
@@ -138,27 +139,52 @@ def _build(
     slices.sort(key=lambda s: s.name)
     pool.slices = [s for s in slices if not s.shared_counters]
     pool.slices_elsewhere = elsewhere
+    try:
+        validate_device_names(pool.slices)
+        pool.counter_sets = get_and_validate_counter_sets(s for s in slices if s.shared_counters)
+        validate_counter_consumption(pool.counter_sets, [*slices, *pool.slices_elsewhere])
+    except InvalidPoolError as exc:
+        pool.invalid = str(exc)
+    return pool
+
+
+class InvalidPoolError(Exception):
+    """Why a pool is invalid (upstream's InvalidReason)."""
+
+
+def validate_device_names(slices: Iterable[ResourceSlice]) -> None:
+    """validateDeviceNames: no device name twice among `slices`."""
     seen: set[str] = set()
-    for _, device in pool.devices():
-        if device.name in seen:
-            pool.invalid = f"duplicate device name {device.name}"
-            return pool
-        seen.add(device.name)
-    for slice_ in (s for s in slices if s.shared_counters):
+    for slice_ in slices:
+        for device in slice_.devices:
+            if device.name in seen:
+                raise InvalidPoolError(f"duplicate device name {device.name}")
+            seen.add(device.name)
+
+
+def get_and_validate_counter_sets(slices: Iterable[ResourceSlice]) -> dict[str, dict[str, int]]:
+    """getAndValidateCounterSets: the counter sets of `slices`, no name twice."""
+    counter_sets: dict[str, dict[str, int]] = {}
+    for slice_ in slices:
         for counter_set in slice_.shared_counters:
-            if counter_set.name in pool.counter_sets:
-                pool.invalid = f"duplicate counter set name {counter_set.name}"
-                return pool
-            pool.counter_sets[counter_set.name] = dict(counter_set.counters)
-    for slice_ in [*slices, *pool.slices_elsewhere]:
+            if counter_set.name in counter_sets:
+                raise InvalidPoolError(f"duplicate counter set name {counter_set.name}")
+            counter_sets[counter_set.name] = dict(counter_set.counters)
+    return counter_sets
+
+
+def validate_counter_consumption(
+    counter_sets: Mapping[str, Mapping[str, int]], slices: Iterable[ResourceSlice]
+) -> None:
+    """validateDeviceCounterConsumption: every counter a device of `slices` consumes exists."""
+    for slice_ in slices:
         for device in slice_.devices:
             for consumption in device.consumes_counters:
-                counters = pool.counter_sets.get(consumption.counter_set)
+                counters = counter_sets.get(consumption.counter_set)
                 if counters is None:
-                    pool.invalid = f"counter set {consumption.counter_set} not found"
-                    return pool
+                    raise InvalidPoolError(f"counter set {consumption.counter_set} not found")
                 for name, _ in consumption.counters:
                     if name not in counters:
-                        pool.invalid = f"counter {name} not found in counter set {consumption.counter_set}"
-                        return pool
-    return pool
+                        raise InvalidPoolError(
+                            f"counter {name} not found in counter set {consumption.counter_set}"
+                        )
