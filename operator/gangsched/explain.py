@@ -16,8 +16,8 @@ the operator schedules, so it is the one explained, and one line says the other 
 Automatic gangs (model/owners.py): a PodGroup gangsched made for a workload names its owner
 (`Job/train`). When a pending pod of ours has a controller, the owner kinds the API serves are
 listed too (`cluster.read.read_owners`, with the user's credentials), so that the pods the
-operator holds out of the queue while their gang forms (`model.owners.held_pods`, reason
-WaitingForGang) are held here as well, and said:
+operator holds out of the queue while their gang forms (the loop's own `loop.formation`,
+reason WaitingForGang) are held here as well, and said:
 
 - NAME is a PodGroup: as above; pods of its workload not in it yet are named with why;
 - NAME is no PodGroup but the name of an automatic gang not formed yet (`job-train` while
@@ -48,6 +48,8 @@ from gangsched.engine import schedule_cycle
 from gangsched.engine.explain import DomainFit
 from gangsched.engine.types import GroupDecision
 from gangsched.engine.whatif import Analysis, Change, analyse
+from gangsched.loop.formation import Formation, JoinPodGroup, pending
+from gangsched.loop.gangs import not_served
 from gangsched.model import (
     DEFAULT_SCHEDULER_NAME,
     Key,
@@ -60,7 +62,7 @@ from gangsched.model import (
     Reason,
     parse_pod,
 )
-from gangsched.model.owners import JoinPodGroup, automatic_name, held_pods, hold_reason, pending
+from gangsched.model.owners import automatic_name
 from gangsched.occupancy import owner_text
 
 EXIT_SCHEDULED = 0
@@ -229,7 +231,7 @@ def held_view(
 ) -> HeldView:
     """Read the owners when a pending pod of ours has a controller (`read_owners`; `served`
     keeps its discovery across calls), and hold the pods the loop would hold
-    (`model.owners.held_pods`). `found` is a PodGroup as just read, newer than the LIST."""
+    (`loop.formation.Formation`). `found` is a PodGroup as just read, newer than the LIST."""
     not_listed = read_owners(cluster, cache, served) if _needs_owners(cache, scheduler_name) else []
 
     def existing(key: Key) -> PodGroup | None:
@@ -237,7 +239,8 @@ def held_view(
             return found.group  # as just read
         return cache.pod_group_of(key, PodGroupApi.GANGSCHED)
 
-    steps = held_pods(list(cache.pods.values()), cache.owners, existing, scheduler_name=scheduler_name)
+    formation = Formation(cache.owners, existing, scheduler_name=scheduler_name, blocked=not_served(cache))
+    steps = formation.steps(cache.pods.values())
     held = {}
     gangs = {}
     for key, step in steps.items():
@@ -245,7 +248,7 @@ def held_view(
             # As the loop does: a member of its gang's PodGroup while its label is written.
             cache.join(key, step.gang.name)
             continue
-        held[key] = hold_reason(step)
+        held[key] = step.reason
         named = automatic_name(cache.pods[key], cache.owners)
         if named is not None:
             gangs[key] = (named[0].ref, named[1])

@@ -12,9 +12,9 @@ spec.schedulingGroup.podGroupName). As in the operator, when both have a PodGrou
 namespace/name gangsched's is scheduled and the native one is left out (`Inputs.shadowed`,
 one warning line); its pods then wait alone.
 
-Automatic gangs (model/owners.py): the workloads of the table (Jobs, JobSets, PyTorchJobs,
+Automatic gangs (model/owners): the workloads of the table (Jobs, JobSets, PyTorchJobs,
 ...) and the objects their chains pass through (a JobSet's Jobs, a LeaderWorkerSet's
-StatefulSets) are read as owners, and `model.owners.form_gangs` forms their gangs before the
+StatefulSets) are read as owners, and `loop.formation.form_gangs` forms their gangs before the
 engine runs, as the operator does through its writes: PodGroups created (`Inputs.automatic`),
 pods labelled, and the pods that would wait held with why (`Inputs.held`, each a
 WaitingForGang decision of its own). Files written by hand may leave out UIDs: an object
@@ -50,6 +50,7 @@ from gangsched.cluster.kinds import (
 )
 from gangsched.cluster.store import Kind, Role, key_of
 from gangsched.engine import CycleResult, DraObjects, schedule_cycle
+from gangsched.loop.formation import form_gangs
 from gangsched.model import (
     DEFAULT_SCHEDULER_NAME,
     Key,
@@ -65,7 +66,7 @@ from gangsched.model import (
 )
 from gangsched.model.common import NAMESPACE_DEFAULT
 from gangsched.model.dra import ResourceClaim, ResourceClaimTemplate
-from gangsched.model.owners import Owner, form_gangs
+from gangsched.model.owners import Owner
 from gangsched.model.owners import Waiting as GangWait
 from gangsched.occupancy import Occupancy, Waiting, automatic_owners, build, group_label, waiting_units
 

@@ -20,7 +20,7 @@ import pytest
 
 from gangsched.cluster import read
 from gangsched.model import GROUP, VERSION
-from gangsched.model.owners import OWNER_KINDS
+from gangsched.model.owners import OWNER_RULES
 from gangsched.session import ApiError, Get
 from gangsched_testing.builders import Manifest
 
@@ -33,7 +33,7 @@ KINDS: Mapping[str, str] = {
     "pods": "Pod",
     "podgroups": "PodGroup",
     "statefulsets": "StatefulSet",
-    **{k.plural: k.kind for k in OWNER_KINDS},
+    **{rule.plural: rule.kind for rule in OWNER_RULES},
 }
 PLURALS: Mapping[str, str] = {kind: plural for plural, kind in KINDS.items()}
 

@@ -26,7 +26,7 @@ from operator_support import Operator, get_pod_group, in_namespace, list_pods, w
 from gangsched.model import POD_GROUP_LABEL
 from gangsched.model.common import DEFAULT_SCHEDULER_NAME, MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from gangsched.model.owners import (
-    OWNER_KINDS,
+    OWNER_RULES,
     AutomaticGang,
     OwnerIndex,
     gang_of,
@@ -77,7 +77,7 @@ def message(exc: ApiException) -> str:
 def test_every_owner_kind_of_the_table_is_pinned() -> None:
     """Each CRD kind of gangsched's owner table has a pinned CRD serving its apiVersion (Job is
     built in)."""
-    for kind in OWNER_KINDS:
+    for kind in OWNER_RULES:
         if kind.api_version == "batch/v1":
             continue
         crd = ownercrds.by_kind(kind.kind)

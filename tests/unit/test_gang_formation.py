@@ -13,7 +13,9 @@ from gangsched.cluster import ClusterCache
 from gangsched.cluster.kinds import OWNERS
 from gangsched.loop import gangs as gangs_module
 from gangsched.model import PodGroupApi
-from gangsched.model.owners import JOB, Formation, formation
+from gangsched.loop import formation as formation_module
+from gangsched.loop.formation import Formation, Step
+from gangsched.model.owners import JOB
 from gangsched_testing.builders import pod_manifest
 from gangsched_testing.owners import controller_of, job
 
@@ -54,11 +56,13 @@ def _job_pods(body: dict[str, Any], count: int) -> list[dict[str, Any]]:
 def test_the_pods_of_one_job_take_one_formation_step_per_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
 
-    def counting(pod: Any, *args: Any, **kwargs: Any) -> Formation | None:
-        calls.append(pod.name)
-        return formation(pod, *args, **kwargs)
+    walk = Formation._step
 
-    monkeypatch.setattr(gangs_module, "formation", counting)
+    def counting(self: Formation, pod: Any) -> Step | None:
+        calls.append(pod.name)
+        return walk(self, pod)
+
+    monkeypatch.setattr(formation_module.Formation, "_step", counting)
 
     async def scenario() -> None:
         cache = ClusterCache()
@@ -77,7 +81,8 @@ def test_the_pods_of_one_job_take_one_formation_step_per_cycle(monkeypatch: pyte
             cache.apply("pods", "ADDED", body)
         pods = list(cache.pods.values())
         ours = PodGroupApi.GANGSCHED
-        alone = {p.key: formation(p, cache.owners, lambda k: cache.pod_group_of(k, ours)) for p in pods}
+        alone = {p.key: Formation(cache.owners, lambda k: cache.pod_group_of(k, ours)).step(p) for p in pods}
+        calls.clear()
 
         held = sched.gangs.hold(pods, clock.now)
         assert sorted(calls) == ["single-0-abcde", "train-0-abcde"]  # once per Job, not per pod

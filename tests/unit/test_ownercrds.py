@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from gangsched.model.owners import OWNER_KINDS
+from gangsched.model.owners import OWNER_RULES
 from gangsched_testing import ownercrds
 
 
@@ -37,7 +37,7 @@ def test_a_changed_file_is_refused() -> None:
 
 
 def test_the_owner_table_kinds_have_their_crds_and_projects_select() -> None:
-    crd_kinds = {k.kind for k in OWNER_KINDS if k.api_version != "batch/v1"}
+    crd_kinds = {k.kind for k in OWNER_RULES if k.api_version != "batch/v1"}
     assert crd_kinds <= {crd.kind for crd in ownercrds.PINNED}
     assert [crd.kind for crd in ownercrds.pinned(["kuberay"])] == ["RayCluster", "RayJob", "RayService"]
     assert [crd.kind for crd in ownercrds.pinned(["JobSet", "trainer"])] == ["JobSet", "TrainJob"]

@@ -1,5 +1,6 @@
-"""Automatic gangs (model/owners.py): the table's minCount per owner kind, the PodGroup name,
-the controller chains the real controllers make, the annotations, and the PodGroup manifest."""
+"""Automatic gangs (model/owners): the table's minCount per owner kind, the PodGroup name,
+the controller chains the real controllers make, the annotations, the PodGroup manifest, and
+forming them (loop/formation)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from gangsched.model import (
     GANG_ANNOTATION,
     MANAGED_BY_LABEL,
     MIN_COUNT_ANNOTATION,
-    OWNER_KINDS,
+    OWNER_RULES,
     POD_GROUP_LABEL,
     SCHEDULE_TIMEOUT_ANNOTATION,
     TOPOLOGY_ANNOTATION,
@@ -33,16 +34,13 @@ from gangsched.model import (
     pod_group_manifest,
     pod_group_name,
 )
+from gangsched.loop.formation import CreatePodGroup, Formation, JoinPodGroup, Step, form_gangs, replacement
 from gangsched.model.owners import (
     LWS_GROUP_INDEX_LABEL,
-    CreatePodGroup,
-    JoinPodGroup,
+    OwnerLookup,
     OwnerNotKnownError,
-    form_gangs,
-    formation,
-    owner_kind,
     parse_topology_annotation,
-    replacement,
+    rule_for,
 )
 from gangsched_testing import owners as b
 
@@ -61,6 +59,11 @@ def count(body: Body, *others: Body) -> int | None:
     return min_count(parse_owner(body), index(body, *others))
 
 
+def formation(pod: Any, owners: OwnerLookup, existing: Any) -> Step | None:
+    """The step of one pod, asked alone."""
+    return Formation(owners, existing).step(pod)
+
+
 def expect_gang(result: AutomaticGang | Waiting | None) -> AutomaticGang:
     assert isinstance(result, AutomaticGang), result
     return result
@@ -75,7 +78,7 @@ def expect_waiting(result: AutomaticGang | Waiting | None) -> Waiting:
 
 
 def test_the_table_holds_the_issue_kinds_with_their_plurals() -> None:
-    assert {(k.api_version, k.kind, k.plural) for k in OWNER_KINDS} == {
+    assert {(k.api_version, k.kind, k.plural) for k in OWNER_RULES} == {
         ("batch/v1", "Job", "jobs"),
         ("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets"),
         ("kubeflow.org/v1", "PyTorchJob", "pytorchjobs"),
@@ -87,8 +90,8 @@ def test_the_table_holds_the_issue_kinds_with_their_plurals() -> None:
         ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets"),
         ("ray.io/v1", "RayCluster", "rayclusters"),
     }
-    assert owner_kind("kubeflow.org/v1", "MPIJob") is None  # training-operator's v1 MPIJob: not ours
-    assert owner_kind("apps/v1", "StatefulSet") is None
+    assert rule_for("kubeflow.org/v1", "MPIJob") is None  # training-operator's v1 MPIJob: not ours
+    assert rule_for("apps/v1", "StatefulSet") is None
 
 
 @pytest.mark.parametrize(

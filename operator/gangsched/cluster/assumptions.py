@@ -1,19 +1,27 @@
-"""Bindings decided but not yet seen: kube-scheduler's assume step, laid over the store.
+"""What we decided that the watch has not shown yet, laid over the store: the one overlay.
 
-Before the loop sends a Binding it assumes the pod bound to its node; until the watch shows
-the pod bound (or the binding fails and the loop forgets it), every reader of the cache sees
-the pod on that node through `view`. So the engine never sees a pod it just bound as pending
-(it would bind it twice) nor counts its capacity twice (once assumed, once observed).
+kube-scheduler's assume step, for the two things gangsched writes ahead of the watch:
+
+- a **binding**: before the loop sends a Binding it assumes the pod bound to its node; until
+  the watch shows the pod bound (or the binding fails and the loop forgets it), every reader
+  sees the pod on that node. So the engine never sees a pod it just bound as pending (it
+  would bind it twice) nor counts its capacity twice (once assumed, once observed);
+- a **join**: a pod of an automatic gang whose PodGroup exists is a member from the moment
+  the loop sends its pod-group label (`loop.gangs`), not from the label's echo: its gang is
+  decided and bound without waiting a watch round trip. The join ends when the watch shows
+  the pod labelled (or gone, or another pod under its name).
+
+Every reader of the cache sees pods through `view` (membership, then placement).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gangsched.model import Key, Pod
+from gangsched.model import POD_GROUP_LABEL, Key, Pod, PodGroupApi
 
 
 @dataclass(slots=True)
@@ -32,7 +40,10 @@ class Assumed:
 class Assumptions:
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._assumed: dict[Key, Assumed] = {}
+        self._joined: dict[Key, str] = {}  # pod -> the PodGroup (of its namespace) it joined
         self._clock = clock
+
+    # ------------------------------------------------------------------ bindings
 
     def assume(self, pod: Pod, node: str) -> None:
         self._assumed[pod.key] = Assumed(uid=pod.uid, node=node, since=self._clock())
@@ -50,24 +61,54 @@ class Assumptions:
         del self._assumed[pod.key]
         return self._clock() - assumed.since if pod.node_name else None
 
-    def view(self, pod: Pod) -> Pod:
-        """`pod` as the engine must see it: on its assumed node while the watch lags."""
-        assumed = self._assumed.get(pod.key)
-        if assumed is not None and not pod.node_name and pod.uid == assumed.uid:
-            shown = assumed.shown
-            if shown is None or shown[0] is not pod:
-                shown = assumed.shown = (pod, dataclasses.replace(pod, node_name=assumed.node))
-            return shown[1]
-        return pod
-
-    def frozen_view(self) -> Callable[[Pod], Pod]:
-        """`view` as of now, unchanged by later assumptions (for a read in another thread)."""
-        frozen = Assumptions(clock=self._clock)
-        frozen._assumed = dict(self._assumed)
-        return frozen.view
-
     def __contains__(self, key: object) -> bool:
         return key in self._assumed
 
     def __len__(self) -> int:
         return len(self._assumed)
+
+    # ------------------------------------------------------------------ joins
+
+    def join(self, key: Key, group: str) -> None:
+        self._joined[key] = group
+
+    def unjoin(self, key: Key) -> str | None:
+        """End the join of `key`; the group it had joined (None: none)."""
+        return self._joined.pop(key, None)
+
+    def joined(self, key: Key) -> str | None:
+        return self._joined.get(key)
+
+    @property
+    def joins(self) -> Mapping[Key, str]:
+        return self._joined
+
+    # ------------------------------------------------------------------ reading
+
+    def view(self, pod: Pod, *, bindings: bool = True) -> Pod:
+        """`pod` as readers must see it: in the gang it joined, and (with `bindings`) on its
+        assumed node while the watch lags."""
+        if bindings:
+            assumed = self._assumed.get(pod.key)
+            if assumed is not None and not pod.node_name and pod.uid == assumed.uid:
+                shown = assumed.shown
+                if shown is None or shown[0] is not pod:
+                    shown = assumed.shown = (pod, dataclasses.replace(pod, node_name=assumed.node))
+                pod = shown[1]
+        group = self._joined.get(pod.key) if self._joined else None
+        if group is None:
+            return pod
+        return dataclasses.replace(
+            pod,
+            pod_group=group,
+            pod_group_api=PodGroupApi.GANGSCHED,
+            labels={**pod.labels, POD_GROUP_LABEL: group},
+        )
+
+    def frozen_view(self) -> Callable[[Pod], Pod]:
+        """`view` as of now, unchanged by later assumptions and joins (for a read in another
+        thread)."""
+        frozen = Assumptions(clock=self._clock)
+        frozen._assumed = dict(self._assumed)
+        frozen._joined = dict(self._joined)
+        return frozen.view

@@ -5,20 +5,24 @@ Three parts, each in its module, composed here:
 
 - `store.Store`: every kind (`cluster.kinds`), fed by `apply`, `remove` and the reflector's
   `replace`; a stale object never rolls it back;
-- `assumptions.Assumptions`: pods bound but not yet seen bound (`pods_for_engine` and
-  `members(assumed=True)` read through it), and `devices.DeviceCache`'s assumed allocations;
+- `assumptions.Assumptions`: the one overlay of pods: bound but not yet seen bound, joined to
+  an automatic gang but not yet seen labelled (every reader of pods reads through its `view`),
+  and `devices.DeviceCache`'s assumed allocations;
 - `writes.WriteTracker`: per group, the versions our writes returned; `caught_up` answers
   whether the cache has seen them (KEP-5647) without changing anything;
 - `snapshots.NodeInfos`: per node, what the pods holding resources there request (watched
   and assumed), kept pod by pod with generation numbers, so the loop's snapshot is brought up
   to date in what changed (`snapshots.SnapshotKeeper`), not rebuilt from every pod.
 
-What the cache adds: which PodGroup of a namespace/name is scheduled (`pod_groups`: when both
-APIs have one, gangsched's own wins and the native one is `shadowed`, told with a Warning
-Event), the members of each group (a pod belongs to a group only through the group's API,
-`group_of`), the pods of each scheduler name (`queue_pods`: a cycle reads its own scheduler's
-pods and the groups' members, never the 100,000 pods of others, which are load in
-`node_infos`), and `generation`, bumped by every change that can alter a decision.
+What the cache adds, as indexes (`cluster.indexes`) each kept from the store's changes of the
+kinds it is registered for (a table kind name -> hook, `_hooks`): which PodGroup of a
+namespace/name is scheduled (`pod_groups`: when both APIs have one, gangsched's own wins and
+the native one is `shadowed`, told with a Warning Event), the members of each group (a pod
+belongs to a group only through the group's API, `group_of`), the pods of each scheduler name
+(`queue_pods`: a cycle reads its own scheduler's pods and the groups' members, never the
+100,000 pods of others, which are load in `node_infos`), the owner chains automatic gangs
+follow (`owners`), and `generation`, bumped by every change that can alter a decision
+(a budget's never does: budgets only order preemption victims).
 
 Everything it holds is read through read-only mappings and methods; it changes only through
 its methods.
@@ -26,7 +30,6 @@ its methods.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
@@ -35,6 +38,7 @@ from typing import Any
 
 from gangsched.cluster.assumptions import Assumptions
 from gangsched.cluster.devices import DeviceCache
+from gangsched.cluster.indexes import OwnerChains, PodGroupNames, PodIndex
 from gangsched.cluster.kinds import (
     BUDGET,
     KINDS,
@@ -52,8 +56,8 @@ from gangsched.cluster.store import Body, ByName, Change, Kind, Role, Store, key
 from gangsched.cluster.writes import WriteTracker
 from gangsched.engine import BoundPods
 from gangsched.engine.preemption import SYSTEM_CRITICAL
-from gangsched.model import POD_GROUP_LABEL, Key, Node, Pod, PodGroup, PodGroupApi, PriorityClasses
-from gangsched.model.owners import Owner, pod_as_owner
+from gangsched.model import Key, Node, Pod, PodGroup, PodGroupApi, PriorityClass, PriorityClasses
+from gangsched.model.owners import Owner
 from gangsched.model.pdb import DisruptionBudget
 
 __all__ = ["NO_HOLDS", "ClusterCache", "Holds", "Key"]
@@ -117,21 +121,18 @@ class ClusterCache:
         # The version the API serves of each kind read (kind name -> version), as discovery
         # found it: what the operator watches and the look-only commands list (`serve`).
         self.served: dict[str, str] = {}
-        # One PodGroup per namespace/name: gangsched's, else the native one (module doc).
-        self._pod_groups: dict[Key, PodGroup] = {}
-        self._shadowed: dict[Key, PodGroup] = {}
-        self._by_group: dict[Key, set[Key]] = {}
-        # Pods by scheduler name, in the store's order (dicts as ordered sets).
-        self._by_scheduler: dict[str, dict[Key, None]] = {}
-        # Workload owners by UID, what each controls, and pods by UID: the chains automatic
-        # gangs follow (`owners`, an OwnerLookup).
-        self._owners: dict[str, Owner] = {}
-        self._controls: dict[str, set[str]] = {}
-        self._pod_uids: dict[str, Key] = {}
-        self.owners = _OwnerChains(self)
-        # Pods joined to an automatic gang's PodGroup whose label is still being written
-        # (`join`): members from now on, as an assumed binding is bound (docs/architecture.md).
-        self._joined: dict[Key, str] = {}
+        # The indexes (module doc), and the hook of each kind that keeps them.
+        self._names = PodGroupNames()
+        self._pods = PodIndex()
+        self.owners = OwnerChains(self.store.objects(POD), self._pods.uids)
+        self._hooks: dict[str, Callable[[Sequence[Change[Any]]], bool]] = {
+            POD.name: self._pods_changed,
+            NODE.name: self._nodes_changed,
+            PRIORITY_CLASS.name: self._priority_classes_changed,
+            BUDGET.name: lambda _: False,  # budgets only order preemption victims: nothing to retry
+            **{kind.name: self._pod_groups_changed for kind in POD_GROUP_KINDS.values()},
+            **{kind.name: self._owners_changed for kind in OWNER_STORE_KINDS},
+        }
         self.generation = 0  # bumped on every change that can alter a decision
         # Called with the seconds from an assumption to the watch showing that pod bound:
         # the cache's lag behind our own writes (a metric).
@@ -215,6 +216,11 @@ class ClusterCache:
         if KINDS[kind].role is Role.DEVICES:
             self.devices.enabled = True
 
+    def serves(self, kind: str) -> bool:
+        """Does the API serve `kind`? (A cache nothing was discovered for, fed by hand as in
+        tests, takes every kind as served.)"""
+        return not self.served or kind in self.served
+
     @property
     def native_pod_groups(self) -> bool:
         """Does the API serve Kubernetes' own PodGroups (scheduling.k8s.io)?"""
@@ -258,176 +264,121 @@ class ClusterCache:
         node, a pod) held may have been deleted meanwhile, and no decision may rest on it."""
         return not self.holds().groups
 
-    def _changed(self, kind: Kind[Any], changes: Iterable[Change[Any]]) -> None:
-        if kind is POD:
-            for change in changes:
-                self._pod_changed(change)
-        elif kind in POD_GROUP_KINDS.values():
-            for change in changes:
-                self._resolve(change.key)
-        elif kind is PRIORITY_CLASS:
-            self._priority_classes_changed(changes)
-        elif kind is BUDGET:
-            return  # budgets only order preemption victims: no decision to retry
-        elif kind in OWNER_STORE_KINDS:
-            for change in changes:
-                self._owner_changed(change)
-        elif kind is NODE:
-            for change in changes:
-                if change.significant:
-                    came_or_went = change.old is None or change.new is None
-                    self.node_infos.node_changed(change.key[1], came_or_went=came_or_went)
-                    self.generation += 1
-        elif any(change.significant for change in changes):
+    def _changed(self, kind: Kind[Any], changes: Sequence[Change[Any]]) -> None:
+        """Keep the indexes of `kind`; the generation moves when a decision may change."""
+        hook = self._hooks.get(kind.name)
+        moved = hook(changes) if hook is not None else any(c.significant for c in changes)
+        if moved:
             self.generation += 1
 
-    def _owner_changed(self, change: Change[Owner]) -> None:
-        old, new = change.old, change.new
-        if old is not None:
-            self._owners.pop(old.uid, None)
-            if old.controller is not None:
-                children = self._controls.get(old.controller.uid)
-                if children is not None:
-                    children.discard(old.uid)
-                    if not children:
-                        del self._controls[old.controller.uid]
-        if new is not None:
-            self._owners[new.uid] = new
-            if new.controller is not None:
-                self._controls.setdefault(new.controller.uid, set()).add(new.uid)
-        if change.significant:
-            self.generation += 1  # a pod waiting for its owner, or a gang's count, may move
+    def _owners_changed(self, changes: Sequence[Change[Owner]]) -> bool:
+        for change in changes:
+            self.owners.changed(change)
+        # A pod waiting for its owner, or a gang's count, may move.
+        return any(change.significant for change in changes)
 
-    def _pod_changed(self, change: Change[Pod]) -> None:
-        old, new = change.old, change.new
-        if change.significant:
-            self.generation += 1  # only what can change a decision counts as a change
-        joined = self._joined.get(change.key)
+    def _nodes_changed(self, changes: Sequence[Change[Node]]) -> bool:
+        moved = False
+        for change in changes:
+            if change.significant:
+                came_or_went = change.old is None or change.new is None
+                self.node_infos.node_changed(change.key[1], came_or_went=came_or_went)
+                moved = True
+        return moved
+
+    def _pods_changed(self, changes: Sequence[Change[Pod]]) -> bool:
+        moved = False
+        for change in changes:
+            moved = self._pod_changed(change) or moved
+        return moved
+
+    def _pod_changed(self, change: Change[Pod]) -> bool:
+        old, new, key = change.old, change.new, change.key
+        moved = change.significant  # only what can change a decision counts as a change
+        joined = self.assumptions.joined(key)
         if joined is not None and (
             new is None or new.pod_group is not None or old is None or new.uid != old.uid
         ):
             # The label is in (or the pod is gone, or another pod has its name): joined no more.
-            self.unjoin(change.key)
-        if old is not None and old.uid:
-            self._pod_uids.pop(old.uid, None)
-        if new is not None and new.uid:
-            self._pod_uids[new.uid] = change.key
-        if old is not None and (new is None or new.scheduler_name != old.scheduler_name):
-            of_scheduler = self._by_scheduler.get(old.scheduler_name)
-            if of_scheduler is not None:
-                of_scheduler.pop(change.key, None)
-                if not of_scheduler:
-                    del self._by_scheduler[old.scheduler_name]
-        if new is not None:
-            self._by_scheduler.setdefault(new.scheduler_name, {})[change.key] = None
-        if old is not None and old.pod_group is not None and (new is None or new.pod_group != old.pod_group):
-            group = (old.namespace, old.pod_group)
-            members = self._by_group.get(group)
-            if members is not None:
-                members.discard(change.key)
-                if not members:
-                    del self._by_group[group]
+            self.unjoin(key)
+            moved = True
+        self._pods.changed(change)
         if new is None:
-            if change.key not in self.store.keys(POD) and self.assumptions.forget(change.key):
-                self.writes.settled(change.key)
-            self.node_infos.count(change.key, None)
-            return
-        if new.pod_group is not None:
-            self._by_group.setdefault((new.namespace, new.pod_group), set()).add(change.key)
+            if key not in self.store.keys(POD) and self.assumptions.forget(key):
+                self.writes.settled(key)
+            self.node_infos.count(key, None)
+            return moved
         lag = self.assumptions.observe(new)
-        self.node_infos.count(change.key, self.assumptions.view(new))
-        if change.key not in self.assumptions:
-            self.writes.settled(change.key)
+        self.node_infos.count(key, self.assumptions.view(new))
+        if key not in self.assumptions:
+            self.writes.settled(key)
         if lag is not None and self.on_confirmed is not None:
             self.on_confirmed(lag)
+        return moved
 
-    def _priority_classes_changed(self, changes: Iterable[Change[Any]]) -> None:
+    def _priority_classes_changed(self, changes: Sequence[Change[PriorityClass]]) -> bool:
         priorities = self.store.priorities
-        changed = False
         for change in changes:
-            changed = changed or change.significant
             if change.new is not None:
                 priorities.set(change.new)
             else:
                 # Pods keep the priority admission gave them; groups naming it resolve again.
                 priorities.remove(change.key[1])
-        if not changed:
-            return
-        self.generation += 1
+        if not any(change.significant for change in changes):
+            return False
         for kind in POD_GROUP_KINDS.values():
-            for change in self.store.reparse(kind):
-                self._resolve(change.key)
+            self._pod_groups_changed(self.store.reparse(kind))
+        return True
 
-    def _resolve(self, key: Key) -> None:
-        """Which PodGroup of namespace/name the scheduler works on (gangsched's wins a clash)."""
-        ours = self.store.get(POD_GROUP, key)
-        native = self.store.get(POD_GROUP_KINDS[PodGroupApi.NATIVE], key)
-        old = self._pod_groups.get(key)
-        new = ours or native
-        if new is None:
-            self._pod_groups.pop(key, None)
-        else:
-            self._pod_groups[key] = new
-        if ours is not None and native is not None:
-            self._shadowed[key] = native
-        else:
-            self._shadowed.pop(key, None)
-        same = (
-            old is not None
-            and new is not None
-            and (old.api, old.uid, old.generation) == (new.api, new.uid, new.generation)
-        )
-        if not same:
-            self.generation += 1  # our own status writes are not a change to react to
-        if old is not None and (new is None or (old.api, old.uid) != (new.api, new.uid)):
-            self.writes.drop(key)  # the writes of a group that is no longer the one
-            if self.on_group_replaced is not None:
-                self.on_group_replaced(key)
+    def _pod_groups_changed(self, changes: Sequence[Change[PodGroup]]) -> bool:
+        """Which PodGroup of each namespace/name the scheduler works on (gangsched's wins a
+        clash); our own status writes are not a change to react to."""
+        moved = False
+        for key in {change.key for change in changes}:
+            old = self._names.resolve(
+                key, self.store.get(POD_GROUP, key), self.store.get(POD_GROUP_KINDS[PodGroupApi.NATIVE], key)
+            )
+            new = self._names.scheduled.get(key)
+            same = (
+                old is not None
+                and new is not None
+                and (old.api, old.uid, old.generation) == (new.api, new.uid, new.generation)
+            )
+            moved = moved or not same
+            if old is not None and (new is None or (old.api, old.uid) != (new.api, new.uid)):
+                self.writes.drop(key)  # the writes of a group that is no longer the one
+                if self.on_group_replaced is not None:
+                    self.on_group_replaced(key)
+        return moved
 
     # ------------------------------------------------------------------ automatic gangs
 
     def join(self, key: Key, group: str) -> bool:
         """Count the pod `key` (unlabelled) as a member of its namespace's PodGroup `group`
         from now on, while the label is being written (loop.gangs): its gang is decided and
-        bound without waiting for the label's echo. Ends when the watch shows the pod
-        labelled or gone (`unjoin`). False when nothing changed."""
+        bound without waiting for the label's echo (`Assumptions`). Ends when the watch shows
+        the pod labelled or gone (`unjoin`). False when nothing changed."""
         pod = self.store.get(POD, key)
-        if pod is None or pod.pod_group is not None or self._joined.get(key) == group:
+        if pod is None or pod.pod_group is not None or self.assumptions.joined(key) == group:
             return False
-        if key in self._joined:
-            self.unjoin(key)
-        self._joined[key] = group
-        self._by_group.setdefault((key[0], group), set()).add(key)
+        self.unjoin(key)
+        self.assumptions.join(key, group)
+        self._pods.add_member((key[0], group), key)
         self.generation += 1
         return True
 
     def unjoin(self, key: Key) -> None:
         """The pod is not (or no longer only) a member through `join`."""
-        group = self._joined.pop(key, None)
+        group = self.assumptions.unjoin(key)
         if group is None:
             return
         pod = self.store.get(POD, key)
         if pod is None or pod.pod_group != group:
-            members = self._by_group.get((key[0], group))
-            if members is not None:
-                members.discard(key)
-                if not members:
-                    del self._by_group[(key[0], group)]
+            self._pods.remove_member((key[0], group), key)
         self.generation += 1
 
     def joined(self, key: Key) -> str | None:
-        return self._joined.get(key)
-
-    def _member_view(self, pod: Pod, joined: Mapping[Key, str] | None = None) -> Pod:
-        group = (self._joined if joined is None else joined).get(pod.key)
-        if group is None:
-            return pod
-        return dataclasses.replace(
-            pod,
-            pod_group=group,
-            pod_group_api=PodGroupApi.GANGSCHED,
-            labels={**pod.labels, POD_GROUP_LABEL: group},
-        )
+        return self.assumptions.joined(key)
 
     # ------------------------------------------------------------------ assumptions and writes
 
@@ -494,7 +445,7 @@ class ClusterCache:
         self.writes.status_write_observed(group)
 
     def wrote_pod_group(self, group: Key, resource_version: str | None) -> None:
-        current = self._pod_groups.get(group)
+        current = self._names.scheduled.get(group)
         kind = POD_GROUP_KINDS[current.api if current else PodGroupApi.GANGSCHED]
         self.writes.wrote_pod_group(group, resource_version, kind.name)
 
@@ -521,12 +472,12 @@ class ClusterCache:
     @property
     def pod_groups(self) -> Mapping[Key, PodGroup]:
         """The PodGroup scheduled under each namespace/name."""
-        return self._pod_groups
+        return self._names.scheduled
 
     @property
     def shadowed(self) -> Mapping[Key, PodGroup]:
         """Native PodGroups hidden by a gangsched PodGroup of the same namespace/name."""
-        return self._shadowed
+        return self._names.shadowed
 
     @property
     def budgets(self) -> Mapping[Key, DisruptionBudget]:
@@ -555,58 +506,46 @@ class ClusterCache:
         if pod.pod_group is None:
             return None
         key = (pod.namespace, pod.pod_group)
-        group = self._pod_groups.get(key)
+        group = self._names.scheduled.get(key)
         if group is not None and group.api != pod.pod_group_api:
             return None
         return key
 
     def pods_for_engine(self) -> list[Pod]:
-        """Every pod, with assumed bindings applied (bound once, never pending twice) and
-        joined pods in their gang (`join`)."""
+        """Every pod through the one overlay (`Assumptions.view`): assumed bindings applied
+        (bound once, never pending twice) and joined pods in their gang."""
         view = self.assumptions.view
-        if not self._joined:
-            return [view(pod) for pod in self.store.objects(POD).values()]
-        member = self._member_view
-        return [view(member(pod)) for pod in self.store.objects(POD).values()]
+        return [view(pod) for pod in self.store.objects(POD).values()]
 
     def scheduler_pods(self, scheduler_name: str) -> list[Pod]:
         """The pods of `scheduler_name` as the watch showed them (no assumption applied)."""
         pods = self.store.objects(POD)
-        return [pods[key] for key in self._by_scheduler.get(scheduler_name, ())]
+        return [pods[key] for key in self._pods.by_scheduler.get(scheduler_name, ())]
 
     def queue_pods(self, scheduler_name: str) -> list[Pod]:
         """What a cycle builds its queue from: the pods of `scheduler_name` and every group's
         members, as `pods_for_engine` shows them, in the store's order (members of other
         schedulers last). Pods of other schedulers outside groups are only load on their nodes,
         counted in `node_infos`."""
-        keys = dict(self._by_scheduler.get(scheduler_name, {}))
-        for members in self._by_group.values():
+        keys = dict(self._pods.by_scheduler.get(scheduler_name, {}))
+        for members in self._pods.by_group.values():
             for key in members:
                 keys.setdefault(key, None)
         pods = self.store.objects(POD)
         view = self.assumptions.view
-        member = self._member_view
-        return [view(member(pods[key])) for key in keys if key in pods]
+        return [view(pods[key]) for key in keys if key in pods]
 
     def bound_pods(self) -> BoundPods:
         """Every pod holding resources, as `pods_for_engine` shows it, for preemption: what it
         asks first (the lowest priority, whether any terminate) from `node_infos`, and the pods
-        themselves read only when preemption may help. The store's pods, the assumptions and
-        the joined pods are copied now (references: about a millisecond per 100,000 pods), so
-        the read may run later, in the engine's thread, while the cache goes on changing."""
+        themselves read only when preemption may help. The store's pods and the overlay are
+        copied now (references: about a millisecond per 100,000 pods), so the read may run
+        later, in the engine's thread, while the cache goes on changing."""
         pods = list(self.store.objects(POD).values())
         view = self.assumptions.frozen_view()
-        joined = dict(self._joined)
 
         def read() -> list[Pod]:
-            out = []
-            for pod in pods:
-                if pod.key in joined:
-                    pod = self._member_view(pod, joined)
-                pod = view(pod)
-                if pod.holds_resources:
-                    out.append(pod)
-            return out
+            return [pod for pod in map(view, pods) if pod.holds_resources]
 
         infos = self.node_infos
         lowest = infos.lowest_priority
@@ -617,23 +556,24 @@ class ClusterCache:
         )
 
     def members(self, group: Key, *, assumed: bool = False, api: PodGroupApi | None = None) -> list[Pod]:
-        """The pods that name `group` (with assumed bindings applied when `assumed`) through
-        `api`; by default the API of the PodGroup of that name when it exists, else either."""
-        current = self._pod_groups.get(group)
+        """The pods that name `group` (joined ones too; with assumed bindings applied when
+        `assumed`) through `api`; by default the API of the PodGroup of that name when it
+        exists, else either."""
+        current = self._names.scheduled.get(group)
         if api is None and current is not None:
             api = current.api
         pods = self.store.objects(POD)
+        view = self.assumptions.view
         out = []
-        for key in self._by_group.get(group, ()):
-            pod = self._member_view(pods[key])
-            if api is not None and pod.pod_group_api != api:
-                continue
-            out.append(self.assumptions.view(pod) if assumed else pod)
+        for key in self._pods.by_group.get(group, ()):
+            pod = view(pods[key], bindings=assumed)
+            if api is None or pod.pod_group_api == api:
+                out.append(pod)
         return out
 
     def last_status(self, group: Key) -> Mapping[str, Any] | None:
         """The PodGroup's status as the watch last showed it (None when it has none)."""
-        current = self._pod_groups.get(group)
+        current = self._names.scheduled.get(group)
         body = self.store.body(POD_GROUP_KINDS[current.api], group) if current is not None else None
         status: Mapping[str, Any] | None = (body or {}).get("status") or None
         return status
@@ -655,30 +595,7 @@ class ClusterCache:
             "podgroups": digest(names(POD_GROUP)),
             "priorityclasses": digest(names(PRIORITY_CLASS)),
             PodGroupApi.NATIVE.resource: digest(names(POD_GROUP_KINDS[PodGroupApi.NATIVE])),
-            "owners": digest([f"{o.kind}/{o.namespace}/{o.name}" for o in self._owners.values()]),
+            "owners": digest([f"{o.kind}/{o.namespace}/{o.name}" for o in self.owners.owners()]),
             "assumed": {"count": len(self.assumptions)},
             "dra": dict(self.devices.counts()),
         }
-
-
-class _OwnerChains:
-    """The cache as an `OwnerLookup`: workload owners by UID, and pods (a LeaderWorkerSet's
-    leader pod controls its group's worker StatefulSet)."""
-
-    __slots__ = ("_cache",)
-
-    def __init__(self, cache: ClusterCache) -> None:
-        self._cache = cache
-
-    def get(self, uid: str) -> Owner | None:
-        cache = self._cache
-        owner = cache._owners.get(uid)
-        if owner is not None:
-            return owner
-        key = cache._pod_uids.get(uid)
-        pod = cache.pods.get(key) if key is not None else None
-        return pod_as_owner(pod) if pod is not None else None
-
-    def controlled_by(self, uid: str) -> Iterable[Owner]:
-        cache = self._cache
-        return [cache._owners[child] for child in cache._controls.get(uid, ()) if child in cache._owners]

@@ -50,7 +50,7 @@ from gangsched.model.dra import (
     parse_resource_claim_template,
     parse_resource_slice,
 )
-from gangsched.model.owners import LEADERWORKERSET, LWS_NAME_LABEL, OWNER_KINDS, Owner, OwnerKind, parse_owner
+from gangsched.model.owners import LEADERWORKERSET, LWS_NAME_LABEL, OWNER_RULES, Owner, OwnerRule, parse_owner
 from gangsched.model.pdb import DisruptionBudget, parse_disruption_budget
 from gangsched.model.pod import with_status
 
@@ -302,15 +302,15 @@ RESOURCE_CLAIM_TEMPLATE: Kind[ResourceClaimTemplate] = Kind(
 )
 
 
-def owner_collection(kind: OwnerKind) -> str:
-    """The collection name of an owner kind (`jobs.batch`, `rayclusters.ray.io`, ...)."""
-    return f"{kind.plural}.{kind.group}"
+def owner_collection(rule: OwnerRule) -> str:
+    """The collection name of an owner rule's kind (`jobs.batch`, `rayclusters.ray.io`, ...)."""
+    return f"{rule.plural}.{rule.group}"
 
 
-# Workload owners (model/owners.py): the table kinds, and the StatefulSets a LeaderWorkerSet's
-# chains pass through (only those: the watch selects LWS_NAME_LABEL). An owner's view is the
-# `Owner` itself: its status (a Job's counters, changed by every pod) is not in it.
-OWNER_KIND_OF: Mapping[str, OwnerKind] = {owner_collection(k): k for k in OWNER_KINDS}
+# Workload owners (model/owners): a row per rule of its table, and the StatefulSets a
+# LeaderWorkerSet's chains pass through (only those: the watch selects LWS_NAME_LABEL). An
+# owner's view is the `Owner` itself: its status (a Job's counters, changed by every pod) is
+# not in it.
 
 
 def _owner_parser(api_version: str, kind: str) -> Callable[[Body, PriorityClasses], Owner]:
@@ -324,15 +324,15 @@ def _owner_parser(api_version: str, kind: str) -> Callable[[Body, PriorityClasse
     return parse
 
 
-def _owner_row(kind: OwnerKind) -> Kind[Owner]:
-    group, _, version = kind.api_version.rpartition("/")
+def _owner_row(rule: OwnerRule) -> Kind[Owner]:
+    group, _, version = rule.api_version.rpartition("/")
     return Kind(
-        owner_collection(kind),
-        _owner_parser(kind.api_version, kind.kind),
+        owner_collection(rule),
+        _owner_parser(rule.api_version, rule.kind),
         group=group,
         versions=(version,),
-        plural=kind.plural,
-        api_kind=kind.kind,
+        plural=rule.plural,
+        api_kind=rule.kind,
         role=Role.OWNERS,
         # Jobs are always served; served or not, each kind is found by discovery.
         served=Served.DISCOVERED,
@@ -343,7 +343,7 @@ def _owner_row(kind: OwnerKind) -> Kind[Owner]:
     )
 
 
-OWNERS: Mapping[OwnerKind, Kind[Owner]] = {k: _owner_row(k) for k in OWNER_KINDS}
+OWNERS: Mapping[OwnerRule, Kind[Owner]] = {rule: _owner_row(rule) for rule in OWNER_RULES}
 LWS_STATEFULSETS: Kind[Owner] = Kind(
     "statefulsets.apps",
     _owner_parser("apps/v1", "StatefulSet"),

@@ -1,24 +1,26 @@
 """Automatic gangs in the loop: the writes that form a workload's gang, and the pods held meanwhile.
 
-The rules are pure (`model.owners`: `formation`, `replacement`); this module makes the writes
-they call for, through the binder, and tells the queue which pods wait. Each cycle, before
-the queue is built, `hold` looks at every pending pod of ours with a controller and no
-PodGroup of its own yet:
+The policy is pure (`loop.formation`: a `Formation` says each pod's next step,
+`replacement` when a PodGroup of ours no longer matches its owner); this module makes the
+writes it calls for, through the binder, and tells the queue which pods wait. Each cycle,
+before the queue is built, `hold` asks it for every pending pod of ours with a controller and
+no PodGroup of its own yet:
 
-- its gang's PodGroup is missing: create it (controlled by the top owner, labelled
-  managed-by); the pod waits;
-- the PodGroup exists and is this owner's: label the pod with its name (merge patch, its UID
-  as precondition); the pod waits until the label is in the cache, then it is an ordinary
-  member of an ordinary PodGroup (the queue, the engine, statuses, explain all follow);
-- it must wait (an owner of its chain not known yet, an invalid annotation, a PodGroup of
-  that name gangsched did not create): it waits, with why; the owner gets a Warning Event
-  for a problem on it, the pod a FailedScheduling Event once a wait lasts.
+- `CreatePodGroup`: create it (controlled by the top owner, labelled managed-by); the pod
+  waits;
+- `JoinPodGroup`: label the pod with its name (merge patch, its UID as precondition); a
+  member at once (the cache's `join`), bound only once its label is written (`LabelStep`);
+- `Waiting`: it waits, with why; the owner gets a Warning Event for a problem on it, the pod
+  a FailedScheduling Event once a wait lasts.
 
 A held pod is never scheduled alone: it becomes a gated decision (`Reason.WAITING_FOR_GANG`).
 What a write returns is applied to the cache at once (the store never goes back to an older
-version), so a gang waits one round trip per step, not one watch echo. `review` replaces a
-PodGroup of ours whose owner now makes another gang (a Job whose parallelism changed) while
-none of its members is bound; its group is kept out of the cycle meanwhile (`replacing`).
+version), so a gang waits one round trip per step, not one watch echo. A failed write is
+tried again after a backoff (1 s doubling to 30 s), and the pods it holds are decided again
+then through the queue (`SchedulingQueue.touch`): their reason says the last try failed.
+`review` replaces a PodGroup of ours whose owner now makes another gang (a Job whose
+parallelism changed) while none of its members is bound; its group is kept out of the cycle
+meanwhile (`replacing`).
 """
 
 from __future__ import annotations
@@ -34,23 +36,13 @@ from gangsched.cluster.cache import NO_HOLDS, Holds
 from gangsched.cluster.kinds import POD, POD_GROUP
 from gangsched.cluster.store import Role
 from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.formation import CreatePodGroup, Formation, JoinPodGroup, replacement
 from gangsched.loop.pipeline import GangPlan
+from gangsched.loop.queue import SchedulingQueue
 from gangsched.loop.report import Reporter
 from gangsched.loop.tasks import Tasks
-from gangsched.model import POD_GROUP_LABEL, EventReason, OwnerRef, Pod, PodGroup, PodGroupApi
-from gangsched.model.owners import (
-    LWS_GROUP_INDEX_LABEL,
-    LWS_NAME_LABEL,
-    AutomaticGang,
-    CreatePodGroup,
-    Formation,
-    JoinPodGroup,
-    Waiting,
-    formation,
-    hold_reason,
-    pod_group_manifest,
-    replacement,
-)
+from gangsched.model import POD_GROUP_LABEL, EventReason, Pod, PodGroup, PodGroupApi
+from gangsched.model.owners import AutomaticGang, Waiting, pod_group_manifest
 from gangsched.session import ApiError
 from gangsched.transport import FencedError
 
@@ -63,9 +55,14 @@ _TELL_AFTER_SECONDS = 5.0
 _RETRY_SECONDS = (1.0, 30.0)
 
 
-# What `formation` reads of a pod (`GangFormation.hold`): namespace, controller reference,
-# group label and its API, the LeaderWorkerSet name and group-index labels.
-_StepKey = tuple[str, OwnerRef, str | None, PodGroupApi, str | None, str | None]
+def not_served(cache: ClusterCache) -> str | None:
+    """Why no PodGroup of ours can be made: gangsched's PodGroups are not served (None: they are)."""
+    if cache.serves(POD_GROUP.name):
+        return None
+    return (
+        f"gangsched's PodGroups ({POD_GROUP.api_version()}) are not served: install its CRD "
+        "(kubectl apply -f crds/)"
+    )
 
 
 @dataclass(slots=True)
@@ -86,11 +83,13 @@ class GangFormation:
         reporter: Reporter,
         tasks: Tasks,
         config: SchedulerConfig,
+        queue: SchedulingQueue,
         wake: Callable[[Key | None], None],
         wake_later: Callable[[float], None],
         clock: Callable[[], float],
     ) -> None:
         self.cache = cache
+        self.queue = queue
         self.clock = clock
         self.binder = binder
         self.reporter = reporter
@@ -105,6 +104,8 @@ class GangFormation:
         self._warned: dict[str, str] = {}  # owner UID -> the problem it was told of
         self._waiting: dict[Key, tuple[str, float]] = {}  # held pod -> (why, since)
         self._told: dict[Key, str] = {}  # pod -> the wait it was told of
+        # What each write holds: a PodGroup's (or a pod's) key -> the pods held for it.
+        self._held_for: dict[Key, set[Key]] = {}
         self._reviewed = -1  # the cache generation `review` last looked at
 
     @property
@@ -118,50 +119,27 @@ class GangFormation:
         """The pending pods of automatic gangs not formed yet, with why each waits; starts
         the writes that form them (none while a kind formation reads is stale: `holds`)."""
         cache = self.cache
-        scheduler_name = self.config.scheduler_name
         stale = holds.why(Role.CLUSTER, Role.POD_GROUPS, Role.OWNERS) if holds.formation else None
+        formation = Formation(
+            cache.owners,
+            lambda key: cache.pod_group_of(key, PodGroupApi.GANGSCHED),
+            scheduler_name=self.config.scheduler_name,
+            blocked=not_served(cache),
+        )
         held: dict[Key, str] = {}
+        self._held_for = {}
         joining: dict[Key, tuple[AutomaticGang, list[Pod]]] = {}
-        # A Job's pods all take the same step: `formation` reads of a pod only its namespace,
-        # controller, group label and LeaderWorkerSet labels (and its name, in some Waiting
-        # reasons), so it is asked once per such tuple per call; a 256-pod Job waiting for its
-        # PodGroup or its labels would otherwise walk its chain and parse its annotations 256
-        # times a cycle. A Waiting step is not kept: its reason may name the pod.
-        steps: dict[_StepKey, Formation | None] = {}
-
-        def existing(key: Key) -> PodGroup | None:
-            return cache.pod_group_of(key, PodGroupApi.GANGSCHED)
-
         for pod in pods:
             if (
                 pod.terminal
                 or pod.deleting
                 or pod.controller is None
-                or pod.scheduler_name != scheduler_name
                 or not self.config.in_scope(pod.namespace)
             ):
                 continue
             if pod.node_name and (pod.pod_group is not None or cache.joined(pod.key) is None):
                 continue  # bound: only a joined member's label is still ours to write
-            if pod.pod_group is not None and (
-                pod.pod_group_api is not PodGroupApi.GANGSCHED or existing((pod.namespace, pod.pod_group))
-            ):
-                continue  # in a group that exists: the queue's
-            labels = pod.labels
-            memo = (
-                pod.namespace,
-                pod.controller,
-                pod.pod_group,
-                pod.pod_group_api,
-                labels.get(LWS_NAME_LABEL),
-                labels.get(LWS_GROUP_INDEX_LABEL),
-            )
-            if memo in steps:
-                step = steps[memo]
-            else:
-                step = formation(pod, cache.owners, existing, scheduler_name=scheduler_name)
-                if not isinstance(step, Waiting):
-                    steps[memo] = step
+            step = formation.step(pod)
             if not isinstance(step, JoinPodGroup):
                 cache.unjoin(pod.key)  # its gang's PodGroup is gone, or not this owner's
             if step is None:
@@ -177,25 +155,23 @@ class GangFormation:
                     f"watches to be current again ({stale})"
                 )
                 continue
-            failed = self._failed.get(gang.key if isinstance(step, CreatePodGroup) else pod.key)
+            writer = gang.key if isinstance(step, CreatePodGroup) else pod.key
+            failed = self._failed.get(writer)
             if isinstance(step, CreatePodGroup):
-                held[pod.key] = hold_reason(step)
+                held[pod.key] = step.reason
+                self._held_for.setdefault(writer, set()).add(pod.key)
                 if gang.key not in self._creating and (failed is None or failed.until <= now):
                     self._creating.add(gang.key)
                     self.tasks.spawn(self._create(gang), name=f"create PodGroup {gang.namespace}/{gang.name}")
                 if failed is not None:
                     held[pod.key] += f" (the last try failed: {failed.error}; trying again)"
-                    self.wake_later(max(failed.until - now, 0.05))
                 continue
-            assert isinstance(step, JoinPodGroup)
             # A member from now on (the cache's `join`): decided with its gang while its
             # label is written, as a bound pod is assumed bound before the watch says so.
             cache.join(pod.key, gang.name)
             if pod.key not in self._labelling and (failed is None or failed.until <= now):
                 self._labelling[pod.key] = asyncio.Event()
                 joining.setdefault(gang.key, (gang, []))[1].append(pod)
-            elif failed is not None:
-                self.wake_later(max(failed.until - now, 0.05))
         for gang, members in joining.values():
             self.tasks.spawn(self._label(gang, members), name=f"label pods of {gang.namespace}/{gang.name}")
         for key in [k for k in self._waiting if k not in held]:
@@ -336,7 +312,11 @@ class GangFormation:
         delay = _RETRY_SECONDS[0] if previous is None else min(previous.delay * 2, _RETRY_SECONDS[1])
         self._failed[key] = _Backoff(until=self.clock() + delay, delay=delay, error=error)
         log.warning("%s: %s (trying again in %.0f s)", what, error, delay)
-        self.cache.generation += 1  # what the held pods wait for changed: their reason says it
+        # What the pods it holds wait for changed (their reason says the try failed), and
+        # again when the backoff ends: decided again then, through the queue.
+        held = self._held_for.get(key, {key})
+        self.queue.touch(held)
+        self.wake(None)
         self.wake_later(delay)
 
     # ------------------------------------------------------------------ telling

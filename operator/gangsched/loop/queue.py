@@ -10,7 +10,7 @@ pods or for their PodGroup have no backoff: the next pod or PodGroup event settl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gangsched.cluster import Key
@@ -31,6 +31,8 @@ class GroupState:
     behind_since: float | None = None
     # StrictFIFO: its last decision made it a queue head, blocking the groups behind it.
     blocking: bool = False
+    # What it waits for changed, other than the cluster (`SchedulingQueue.touch`).
+    touched: bool = False
 
 
 class SchedulingQueue:
@@ -78,6 +80,16 @@ class SchedulingQueue:
     def bound(self, key: Key) -> None:
         self.state(key).binding = False
 
+    def touch(self, keys: Iterable[Key]) -> None:
+        """What these entries wait for changed (not the cluster: a write of ours failed, say):
+        decide them again at the next cycle, their backoff aside, and once more after a
+        decision already under way (it may have read what they waited for before)."""
+        for key in keys:
+            state = self.state(key)
+            state.failed_generation = -1
+            state.next_attempt = 0.0
+            state.touched = True
+
     def unplaced(
         self,
         key: Key,
@@ -98,7 +110,8 @@ class SchedulingQueue:
         state = self.state(key)
         config = self.config
         changed = state.failed_generation not in (-1, seen_generation)
-        state.failed_generation = seen_generation
+        state.failed_generation = -1 if state.touched else seen_generation
+        state.touched = False
         state.last_attempt = now
         state.blocking = blocking
         if reason.waits_for_objects or preempting or blocking:

@@ -109,6 +109,7 @@ class Scheduler:
             reporter=self.reporter,
             tasks=self.tasks,
             config=self.config,
+            queue=self.queue,
             wake=self.wake,
             wake_later=self.wake_later,
             clock=clock,
