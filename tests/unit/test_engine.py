@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gangsched.engine import CycleResult, GroupDecision, schedule_cycle
+from gangsched.engine import (
+    BoundPods,
+    CycleInput,
+    CycleResult,
+    GroupDecision,
+    Snapshot,
+    decide,
+    schedule_cycle,
+)
 from gangsched.engine.queue import build_queue, waiting_for_pods
 from gangsched.model import Node, Pod, PodGroup, PriorityClass, PriorityClasses, Reason, parse_pod_group
 from gangsched_testing.builders import (
@@ -372,12 +380,15 @@ def test_a_held_reservation_blocks_groups_behind_its_owner_while_the_owner_backs
     # Next cycle: the big gang is in backoff (left out of the queue), the small one is decided alone.
     everyone = [*load, *members]
     queue = build_queue(everyone, groups, scheduler_name="gangsched", waiting_seconds={})
-    later = schedule_cycle(
-        nodes=nodes,
-        pods=everyone,
-        pod_groups=groups,
-        queue=queue.only(lambda key, _: key != ("ml", "big")),
-        reservations=first.reservations,
+    later = decide(
+        CycleInput.for_operator(
+            snapshot=Snapshot(nodes, (p for p in everyone if p.holds_resources)),
+            queue=queue.only(lambda key, _: key != ("ml", "big")),
+            bound=BoundPods.of(everyone),
+            pods=everyone,
+            pod_groups=groups,
+            reservations=first.reservations,
+        )
     )
     assert not decision(later, "small").scheduled
     assert "reserved" in decision(later, "small").message

@@ -11,10 +11,9 @@ from test_scheduler import Clock, FakeBinder, make
 
 from gangsched.cluster import ClusterCache
 from gangsched.cluster.kinds import OWNERS
-from gangsched.loop import gangs as gangs_module
-from gangsched.model import PodGroupApi
 from gangsched.loop import formation as formation_module
 from gangsched.loop.formation import Formation, Step
+from gangsched.model import PodGroupApi
 from gangsched.model.owners import JOB
 from gangsched_testing.builders import pod_manifest
 from gangsched_testing.owners import controller_of, job

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from gangsched.cluster import ClusterCache
 from gangsched.cluster.kinds import POD
 from gangsched.cluster.snapshots import SnapshotKeeper
-from gangsched.engine import BoundPods, Snapshot, schedule_cycle
+from gangsched.engine import BoundPods, CycleInput, Snapshot, decide, schedule_cycle
 from gangsched.engine.preemption import SYSTEM_CRITICAL
+from gangsched.engine.queue import build_queue
 from gangsched.model import parse_pod
 from gangsched.model.pod import with_status
 from gangsched_testing.builders import node_manifest, pod_group_manifest, pod_manifest
@@ -255,12 +256,15 @@ def test_the_operator_cycle_on_the_kept_snapshot_decides_as_on_a_fresh_one() -> 
         world.pod(f"p{i}m", scheduler=SCHEDULER, node=None, gpu=4)
     cache = world.cache
     groups = list(cache.pod_groups.values())
-    kept = schedule_cycle(
-        nodes=[],
-        pods=cache.queue_pods(SCHEDULER),
-        pod_groups=groups,
-        snapshot=world.keeper.snapshot(),
-        bound=cache.bound_pods(),
+    pods = cache.queue_pods(SCHEDULER)
+    kept = decide(
+        CycleInput.for_operator(
+            snapshot=world.keeper.snapshot(),
+            queue=build_queue(pods, groups, scheduler_name=SCHEDULER, waiting_seconds={}),
+            bound=cache.bound_pods(),
+            pods=pods,
+            pod_groups=groups,
+        )
     )
     fresh = schedule_cycle(nodes=list(cache.nodes.values()), pods=cache.pods_for_engine(), pod_groups=groups)
     assert [(d.key, d.reason, d.assignments) for d in kept.decisions] == [
@@ -285,12 +289,15 @@ def test_preemption_reads_the_bound_pods_only_when_some_could_be_victims() -> No
             return bound.read()
 
         pods = [dataclasses.replace(p, priority=priority) for p in cache.queue_pods(SCHEDULER)]
-        schedule_cycle(
-            nodes=[],
-            pods=pods,
-            pod_groups=list(cache.pod_groups.values()),
-            snapshot=world.keeper.snapshot(),
-            bound=BoundPods(read, bound.lowest_priority, bound.terminating),
+        groups = list(cache.pod_groups.values())
+        decide(
+            CycleInput.for_operator(
+                snapshot=world.keeper.snapshot(),
+                queue=build_queue(pods, groups, scheduler_name=SCHEDULER, waiting_seconds={}),
+                bound=BoundPods(read, bound.lowest_priority, bound.terminating),
+                pods=pods,
+                pod_groups=groups,
+            )
         )
 
     world.pod("q0m", scheduler=SCHEDULER, node=None, gpu=1)

@@ -15,8 +15,8 @@ from click.testing import CliRunner, Result
 
 from gangsched import cli, occupancy
 from gangsched import simulate as sim
-from gangsched.model import MIN_COUNT_ANNOTATION, POD_GROUP_LABEL, TOPOLOGY_ANNOTATION, parse_owner, parse_pod
 from gangsched.loop.formation import form_gangs
+from gangsched.model import MIN_COUNT_ANNOTATION, POD_GROUP_LABEL, TOPOLOGY_ANNOTATION, parse_owner, parse_pod
 from gangsched.model.owners import AutomaticGang, min_count
 from gangsched.model.owners import pod_group_manifest as managed_pod_group
 from gangsched_testing import owners as b

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gangsched.loop.formation import CreatePodGroup, Formation, JoinPodGroup, Step, form_gangs, replacement
 from gangsched.model import (
     GANG_ANNOTATION,
     MANAGED_BY_LABEL,
@@ -34,7 +35,6 @@ from gangsched.model import (
     pod_group_manifest,
     pod_group_name,
 )
-from gangsched.loop.formation import CreatePodGroup, Formation, JoinPodGroup, Step, form_gangs, replacement
 from gangsched.model.owners import (
     LWS_GROUP_INDEX_LABEL,
     OwnerLookup,

@@ -138,16 +138,16 @@ def test_a_pod_that_arrives_while_the_engine_runs_is_not_forgotten(monkeypatch: 
         cache.apply("nodes", "ADDED", node("n2"))
         cache.apply("podgroups", "ADDED", group(2))
         cache.apply("pods", "ADDED", pod("g-0", 10))
-        real = scheduler_module.schedule_cycle
+        real = scheduler_module.decide
 
-        def engine_while_a_pod_arrives(**kwargs: Any) -> Any:
-            result = real(**kwargs)  # sees 1 of 2 pods: WaitingForPods
+        def engine_while_a_pod_arrives(cycle: Any) -> Any:
+            result = real(cycle)  # sees 1 of 2 pods: WaitingForPods
             cache.apply("pods", "ADDED", pod("g-1", 11))  # the event lands mid-decision
             return result
 
-        monkeypatch.setattr(scheduler_module, "schedule_cycle", engine_while_a_pod_arrives)
+        monkeypatch.setattr(scheduler_module, "decide", engine_while_a_pod_arrives)
         await sched.cycle()
-        monkeypatch.setattr(scheduler_module, "schedule_cycle", real)
+        monkeypatch.setattr(scheduler_module, "decide", real)
         await settle(sched)
         assert binder.bound == []
         for _ in range(3):  # no watch echo of our status write here: the loop reads live after a while
@@ -429,13 +429,13 @@ def test_every_cycle_gets_the_schedulers_own_device_caches(monkeypatch: pytest.M
         cache.apply("nodes", "ADDED", node("n1"))
         cache.apply("podgroups", "ADDED", group(2))
         seen: list[Any] = []
-        real = scheduler_module.schedule_cycle
+        real = scheduler_module.decide
 
-        def spy(**kwargs: Any) -> Any:
-            seen.append(kwargs["device_caches"])
-            return real(**kwargs)
+        def spy(cycle: Any) -> Any:
+            seen.append(cycle.device_caches)
+            return real(cycle)
 
-        monkeypatch.setattr(scheduler_module, "schedule_cycle", spy)
+        monkeypatch.setattr(scheduler_module, "decide", spy)
         for i in range(2):
             cache.apply("pods", "ADDED", pod(f"g-{i}", 10 + i))  # a change: the group is decided again
             clock.now += 60
@@ -527,13 +527,13 @@ def test_a_cycle_stuck_past_the_stall_budget_fails_liveness(monkeypatch: pytest.
         await sched.cycle()  # a first, normal cycle: the loop runs
         assert sched.liveness.stalled() is None
         release = threading.Event()
-        real = scheduler_module.schedule_cycle
+        real = scheduler_module.decide
 
-        def hanging_engine(**kwargs: Any) -> Any:
+        def hanging_engine(cycle: Any) -> Any:
             release.wait(10)
-            return real(**kwargs)
+            return real(cycle)
 
-        monkeypatch.setattr(scheduler_module, "schedule_cycle", hanging_engine)
+        monkeypatch.setattr(scheduler_module, "decide", hanging_engine)
         cache.apply("pods", "MODIFIED", pod("g-0", 11, gpu=8))  # a change: the gang is due again
         clock.now += 1.0  # once its backoff has passed
         stuck = asyncio.get_running_loop().create_task(sched.cycle())

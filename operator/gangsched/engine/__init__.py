@@ -23,7 +23,7 @@ One job per module, lowest first:
                counts, and explanations; CEL selectors
 """
 
-from gangsched.engine.cycle import schedule_cycle, schedule_groups
+from gangsched.engine.cycle import CycleInput, decide, schedule_cycle, schedule_groups
 from gangsched.engine.dra.state import DraObjects
 from gangsched.engine.dra.table import DeviceCaches
 from gangsched.engine.preemption import BoundPods
@@ -41,6 +41,7 @@ from gangsched.engine.types import (
 __all__ = [
     "DEFAULT_RESERVATION_AFTER_SECONDS",
     "BoundPods",
+    "CycleInput",
     "CycleResult",
     "DeviceCaches",
     "DraObjects",
@@ -49,6 +50,7 @@ __all__ = [
     "QueueHead",
     "Reservation",
     "Snapshot",
+    "decide",
     "queue_order",
     "schedule_cycle",
     "schedule_groups",

@@ -7,6 +7,7 @@ Pure: no I/O, no kopf, no API client. `gangsched simulate` and the operator both
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -178,47 +179,72 @@ def blocked_for(
     return mask
 
 
-def schedule_cycle(
-    *,
-    nodes: Sequence[Node],
-    pods: Sequence[Pod],
-    pod_groups: Sequence[PodGroup],
-    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
-    waiting_seconds: Mapping[Key, float] | None = None,
-    reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS,
-    queue: Queue | None = None,
-    reservations: Sequence[Reservation] = (),
-    dra: DraObjects | None = None,
-    nominations: Sequence[Reservation] = (),
-    budgets: Sequence[DisruptionBudget] = (),
-    preemption: bool = True,
-    before_place: BeforePlace | None = None,
-    device_caches: DeviceCaches | None = None,
-    held_pods: Mapping[Key, str] | None = None,
-    queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO,
-    heads: Sequence[QueueHead] = (),
-    snapshot: Snapshot | None = None,
-    bound: BoundPods | None = None,
-) -> CycleResult:
-    """Group the pending pods of `scheduler_name`, then place every group in queue order.
+def _delegated(
+    pods: Sequence[Pod], dra: DraObjects | None, nodes: Sequence[Node], queue: Queue
+) -> tuple[Sequence[Pod], DraObjects | None, Queue]:
+    """KEP-5004: extended resources served by devices, as claims of the pods that ask for
+    them (`dra.extended.delegate`); the queue's pods rewritten alike. A kept snapshot counts
+    what bound pods request of them in a column no node offers: no pending pod asks for it."""
+    if dra is None or dra.empty:
+        return pods, dra, queue
+    given = pods
+    pods, dra = delegate(pods, dra, nodes)
+    queue = queue.with_pods({new.key: new for old, new in zip(given, pods, strict=True) if new is not old})
+    return pods, dra, queue
 
-    `pods` is every pod the scheduler knows (bound pods are load, whoever scheduled them).
-    `queue` is the queue `build_queue` made of them, with only the groups to decide this
-    cycle (the loop leaves out those binding, backing off, ...); None: every group.
-    `reservations` are those the loop holds from earlier cycles. `dra` are the DRA objects
-    (classes, slices, claims); without any, pods with claims wait. `device_caches` are the
-    caller's, kept across its cycles (the operator passes the same one every cycle); without
-    them this call starts from none. `held_pods` (without `queue`) are pods whose automatic gang
-    is not formed yet, with why: each waits alone, never placed (`build_queue`'s `held`, what the
-    loop's `loop.gangs` holds). `queueing` and `heads`: see `schedule_groups`.
 
-    `snapshot` and `bound`: the operator's, kept up to date pod by pod
-    (`cluster.snapshots`): the snapshot already counts every bound pod (then `nodes` is not
-    read, and `pods` need hold only what the queue is built from: the scheduler's own pods
-    and the groups' members), and `bound` gives every pod holding resources when preemption
-    asks. Without them both are made from `pods`.
-    """
-    if queue is None:
+@dataclass(frozen=True, slots=True)
+class CycleInput:
+    """Everything one cycle decides on, made by a constructor per caller: `of_pods` (simulate,
+    explain, tests: the queue and the snapshot made from plain pods) or `for_operator` (the
+    loop's snapshot kept up to date pod by pod, and its queue of what may be decided now).
+
+    `reservations` are those the loop holds from earlier cycles, `nominations` the domains
+    held for preemptors whose victims go; `dra` the DRA objects (without any, pods with claims
+    wait); `device_caches` the caller's, kept across its cycles (None: this cycle starts from
+    none). `queueing` and `heads`: see `schedule_groups`; `preemption` False: no group preempts
+    (what chooses victims is stale); `before_place`: `gangsched explain`'s look at a group's turn."""
+
+    snapshot: Snapshot
+    queue: Queue
+    bound: BoundPods
+    pod_groups: Mapping[Key, PodGroup]
+    dra: DraObjects | None = None
+    device_caches: DeviceCaches | None = None
+    reservations: Sequence[Reservation] = ()
+    nominations: Sequence[Reservation] = ()
+    budgets: Sequence[DisruptionBudget] = ()
+    reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS
+    queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    heads: Sequence[QueueHead] = ()
+    preemption: bool = True
+    before_place: BeforePlace | None = None
+
+    @classmethod
+    def of_pods(
+        cls,
+        *,
+        nodes: Sequence[Node],
+        pods: Sequence[Pod],
+        pod_groups: Sequence[PodGroup],
+        scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+        waiting_seconds: Mapping[Key, float] | None = None,
+        held_pods: Mapping[Key, str] | None = None,
+        dra: DraObjects | None = None,
+        device_caches: DeviceCaches | None = None,
+        reservations: Sequence[Reservation] = (),
+        nominations: Sequence[Reservation] = (),
+        budgets: Sequence[DisruptionBudget] = (),
+        reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS,
+        queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO,
+        heads: Sequence[QueueHead] = (),
+        preemption: bool = True,
+        before_place: BeforePlace | None = None,
+    ) -> CycleInput:
+        """From `pods`, every pod known (bound pods are load, whoever scheduled them): the
+        pending pods of `scheduler_name` grouped into every group's request, `held_pods` (an
+        automatic gang not formed yet, with why: what the loop's `loop.gangs` holds) each
+        waiting alone, and the snapshot of `nodes` with the bound pods counted."""
         queue = build_queue(
             pods,
             pod_groups,
@@ -226,40 +252,88 @@ def schedule_cycle(
             waiting_seconds=waiting_seconds or {},
             held=held_pods,
         )
-    if dra is not None and not dra.empty:
-        given = pods
-        # KEP-5004: extended resources served by devices. A kept snapshot counts what bound
-        # pods request of them in a column no node offers: no pending pod asks for it.
-        pods, dra = delegate(pods, dra, nodes if snapshot is None else snapshot.nodes)
-        queue = queue.with_pods(
-            {new.key: new for old, new in zip(given, pods, strict=True) if new is not old}
+        pods, dra, queue = _delegated(pods, dra, nodes, queue)
+        return cls(
+            snapshot=Snapshot(nodes, (p for p in pods if p.holds_resources)),
+            queue=queue,
+            bound=BoundPods.of(pods),
+            pod_groups={g.key: g for g in pod_groups},
+            dra=dra,
+            device_caches=device_caches,
+            reservations=reservations,
+            nominations=nominations,
+            budgets=budgets,
+            reservation_after_seconds=reservation_after_seconds,
+            queueing=queueing,
+            heads=heads,
+            preemption=preemption,
+            before_place=before_place,
         )
-    if snapshot is None:
-        snapshot = Snapshot(nodes, (p for p in pods if p.holds_resources))
-    if bound is None:
-        bound = BoundPods.of(pods)
+
+    @classmethod
+    def for_operator(
+        cls,
+        *,
+        snapshot: Snapshot,
+        queue: Queue,
+        bound: BoundPods,
+        pods: Sequence[Pod],
+        pod_groups: Sequence[PodGroup],
+        dra: DraObjects | None = None,
+        device_caches: DeviceCaches | None = None,
+        reservations: Sequence[Reservation] = (),
+        nominations: Sequence[Reservation] = (),
+        budgets: Sequence[DisruptionBudget] = (),
+        reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS,
+        queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO,
+        heads: Sequence[QueueHead] = (),
+        preemption: bool = True,
+    ) -> CycleInput:
+        """The loop's: `snapshot` kept up to date pod by pod (`cluster.snapshots`: it counts
+        every bound pod already), `queue` built from `pods` (the scheduler's own pods and the
+        groups' members) with only the groups to decide now, and `bound` giving every pod
+        holding resources when preemption asks."""
+        _, dra, queue = _delegated(pods, dra, snapshot.nodes, queue)
+        return cls(
+            snapshot=snapshot,
+            queue=queue,
+            bound=bound,
+            pod_groups={g.key: g for g in pod_groups},
+            dra=dra,
+            device_caches=device_caches,
+            reservations=reservations,
+            nominations=nominations,
+            budgets=budgets,
+            reservation_after_seconds=reservation_after_seconds,
+            queueing=queueing,
+            heads=heads,
+            preemption=preemption,
+        )
+
+
+def decide(cycle: CycleInput) -> CycleResult:
+    """Place every group of the cycle's queue in queue order (`schedule_groups`)."""
+    snapshot, queue = cycle.snapshot, cycle.queue
     devices: DeviceState | None = None
-    if dra is not None and not dra.empty:
-        caches = device_caches if device_caches is not None else DeviceCaches()
-        devices = DeviceState(dra, snapshot.nodes, snapshot.index, caches)
-    groups_by_key = {g.key: g for g in pod_groups}
+    if cycle.dra is not None and not cycle.dra.empty:
+        caches = cycle.device_caches if cycle.device_caches is not None else DeviceCaches()
+        devices = DeviceState(cycle.dra, snapshot.nodes, snapshot.index, caches)
+    groups_by_key = cycle.pod_groups
     decisions, standing = schedule_groups(
         snapshot,
         queue.requests,
-        reservation_after_seconds=reservation_after_seconds,
-        held=reservations,
+        reservation_after_seconds=cycle.reservation_after_seconds,
+        held=cycle.reservations,
         devices=devices,
-        nominations=nominations,
-        bound=bound,
+        nominations=cycle.nominations,
+        bound=cycle.bound,
         pod_groups=groups_by_key,
-        budgets=budgets,
-        before_place=before_place,
-        queueing=queueing,
-        heads=heads,
-        preemption=preemption,
+        budgets=cycle.budgets,
+        before_place=cycle.before_place,
+        queueing=cycle.queueing,
+        heads=cycle.heads,
+        preemption=cycle.preemption,
     )
-    for decision, request in zip(decisions, queue_order(queue.requests), strict=True):
-        decision.is_pod_group = request.is_pod_group
     all_decisions = queue.gated + decisions
     by_key = {(d.namespace, d.name, d.is_pod_group): d for d in all_decisions}
     pod_rows: list[tuple[Pod, str | None, GroupDecision]] = []
@@ -271,3 +345,45 @@ def schedule_cycle(
         decision = group_decision or by_key[(pod.namespace, pod.name, False)]
         pod_rows.append((pod, decision.assignments.get(pod.key), decision))
     return CycleResult(decisions=all_decisions, pods=pod_rows, reservations=standing)
+
+
+def schedule_cycle(
+    *,
+    nodes: Sequence[Node],
+    pods: Sequence[Pod],
+    pod_groups: Sequence[PodGroup],
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+    waiting_seconds: Mapping[Key, float] | None = None,
+    held_pods: Mapping[Key, str] | None = None,
+    dra: DraObjects | None = None,
+    device_caches: DeviceCaches | None = None,
+    reservations: Sequence[Reservation] = (),
+    nominations: Sequence[Reservation] = (),
+    budgets: Sequence[DisruptionBudget] = (),
+    reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS,
+    queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO,
+    heads: Sequence[QueueHead] = (),
+    preemption: bool = True,
+    before_place: BeforePlace | None = None,
+) -> CycleResult:
+    """One cycle from plain pods: `decide(CycleInput.of_pods(...))`."""
+    return decide(
+        CycleInput.of_pods(
+            nodes=nodes,
+            pods=pods,
+            pod_groups=pod_groups,
+            scheduler_name=scheduler_name,
+            waiting_seconds=waiting_seconds,
+            held_pods=held_pods,
+            dra=dra,
+            device_caches=device_caches,
+            reservations=reservations,
+            nominations=nominations,
+            budgets=budgets,
+            reservation_after_seconds=reservation_after_seconds,
+            queueing=queueing,
+            heads=heads,
+            preemption=preemption,
+            before_place=before_place,
+        )
+    )

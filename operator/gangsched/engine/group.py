@@ -524,6 +524,7 @@ def placed(group: GroupRequest, cap: GroupCapacity, placer: Placer, attempt: Att
         message=message,
         assignments=assignments,
         domain=domain,
+        is_pod_group=group.is_pod_group,
         pending=list(group.pending),
     )
 
@@ -535,5 +536,6 @@ def unplaced(group: GroupRequest, message: str, reason: Reason = Reason.UNSCHEDU
         scheduled=False,
         reason=reason,
         message=message,
+        is_pod_group=group.is_pod_group,
         pending=list(group.pending),
     )

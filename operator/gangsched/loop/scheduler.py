@@ -28,7 +28,7 @@ from gangsched.binder import Binder
 from gangsched.cluster import ClusterCache, Key, LiveReader
 from gangsched.cluster.cache import Holds
 from gangsched.cluster.snapshots import SnapshotKeeper
-from gangsched.engine import CycleResult, DeviceCaches, QueueHead, Reservation, schedule_cycle
+from gangsched.engine import CycleInput, CycleResult, DeviceCaches, QueueHead, Reservation, decide
 from gangsched.engine.queue import Queue, build_queue, order_key
 from gangsched.loop.claims import ClaimStep
 from gangsched.loop.config import SchedulerConfig
@@ -277,25 +277,23 @@ class Scheduler:
             seen_generation = self.cache.generation
             started = time.perf_counter()
             snapshot = self.snapshots.snapshot()
-            result = await asyncio.to_thread(
-                schedule_cycle,
-                nodes=snapshot.nodes,
+            cycle = CycleInput.for_operator(
                 snapshot=snapshot,
+                queue=queue,
                 bound=self.cache.bound_pods(),
                 pods=pods,
                 pod_groups=pod_groups,
-                scheduler_name=self.config.scheduler_name,
-                reservation_after_seconds=self.config.reservation_after_seconds,
-                queue=queue,
-                reservations=self._live_reservations(),
                 dra=self.cache.devices.objects(now),
+                device_caches=self.device_caches,
+                reservations=self._live_reservations(),
                 nominations=self.preemptions.active(),
                 budgets=list(self.cache.budgets.values()),
-                preemption=not holds.preemption,
-                device_caches=self.device_caches,
+                reservation_after_seconds=self.config.reservation_after_seconds,
                 queueing=self.config.queueing,
                 heads=heads,
+                preemption=not holds.preemption,
             )
+            result = await asyncio.to_thread(decide, cycle)
             self.metrics.engine_seconds.observe(time.perf_counter() - started)
             if self._started is not None and result.decisions:
                 log.info(
