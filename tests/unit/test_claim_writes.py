@@ -17,6 +17,7 @@ from gangsched.cluster.store import Store
 from gangsched.engine import schedule_cycle
 from gangsched.loop.claims import FINALIZER, ClaimError, ClaimStep, binding_state, plan_claims
 from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.context import LoopContext
 from gangsched.loop.pipeline import GangPlan
 from gangsched.model.dra import ConsumerRef, parse_resource_claim
 from gangsched.session import ApiError
@@ -309,12 +310,14 @@ def test_a_claim_reserved_for_a_pending_pod_past_the_timeout_is_released() -> No
     binder = ClaimBinder(body)
     now = [0.0]
     step = ClaimStep(
-        cache=cache,
-        live=None,  # type: ignore[arg-type]  # not read on this path
-        binder=binder,  # type: ignore[arg-type]
+        LoopContext(
+            cache=cache,
+            binder=binder,  # type: ignore[arg-type]
+            live=None,  # type: ignore[arg-type]  # not read on this path
+            config=SchedulerConfig(),
+            clock=lambda: now[0],
+        ),
         reporter=None,  # type: ignore[arg-type]
-        config=SchedulerConfig(),
-        clock=lambda: now[0],
     )
 
     def sweep(binding: bool = False) -> None:
@@ -388,11 +391,8 @@ def test_our_own_allocation_seen_after_a_lost_answer_is_not_someone_elses() -> N
     [decision] = result.decisions
     binder = LostAnswer(body)
     step = ClaimStep(
-        cache=cache,
-        live=Reader(cache, binder),
-        binder=binder,  # type: ignore[arg-type]
+        LoopContext(cache=cache, binder=binder, live=Reader(cache, binder)),  # type: ignore[arg-type]
         reporter=None,  # type: ignore[arg-type]
-        config=SchedulerConfig(),
     )
     plan = GangPlan(decision, [(pod, "a")])
     assert asyncio.run(step.run(plan)) is None

@@ -30,13 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gangsched.binder import (
-    Binder,
     claim_deallocate_patch,
     claim_finalizer_patch,
     claim_status_patch,
@@ -45,10 +43,10 @@ from gangsched.binder import (
     now_rfc3339,
     pod_ref,
 )
-from gangsched.cluster import ClusterCache, Key, LiveReader
+from gangsched.cluster import Key
 from gangsched.engine.dra.allocator import AllocationResult
 from gangsched.engine.dra.pools import DeviceId
-from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.context import LoopContext
 from gangsched.loop.extended import ExtendedClaims
 from gangsched.loop.pipeline import GangPlan
 from gangsched.loop.report import Reporter
@@ -228,22 +226,17 @@ class ClaimStep:
 
     def __init__(
         self,
-        *,
-        cache: ClusterCache,
-        live: LiveReader,
-        binder: Binder,
+        ctx: LoopContext,
         reporter: Reporter,
-        config: SchedulerConfig,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.cache = cache
-        self.live = live
-        self.binder = binder
+        self.cache = ctx.cache
+        self.live = ctx.live
+        self.binder = ctx.binder
         self.reporter = reporter
-        self.config = config
-        self.clock = clock
+        self.config = ctx.config
+        self.clock = ctx.clock
         self._work: dict[Key, list[ClaimWork]] = {}
-        self.extended = ExtendedClaims(cache=cache, binder=binder)
+        self.extended = ExtendedClaims(cache=ctx.cache, binder=ctx.binder)
         # Claim -> since when it is reserved for a pending pod of ours (see `sweep`).
         self._stale_since: dict[Key, float] = {}
 

@@ -30,17 +30,16 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from gangsched.binder import Binder, owner_event_ref, pod_ref
+from gangsched.binder import owner_event_ref, pod_ref
 from gangsched.cluster import ClusterCache, Key
 from gangsched.cluster.cache import NO_HOLDS, Holds
 from gangsched.cluster.kinds import POD, POD_GROUP
 from gangsched.cluster.store import Role
-from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.context import LoopContext
 from gangsched.loop.formation import CreatePodGroup, Formation, JoinPodGroup, replacement
 from gangsched.loop.pipeline import GangPlan
 from gangsched.loop.queue import SchedulingQueue
 from gangsched.loop.report import Reporter
-from gangsched.loop.tasks import Tasks
 from gangsched.model import POD_GROUP_LABEL, EventReason, Pod, PodGroup, PodGroupApi
 from gangsched.model.owners import AutomaticGang, Waiting, pod_group_manifest
 from gangsched.session import ApiError
@@ -77,26 +76,19 @@ class GangFormation:
 
     def __init__(
         self,
-        *,
-        cache: ClusterCache,
-        binder: Binder,
+        ctx: LoopContext,
         reporter: Reporter,
-        tasks: Tasks,
-        config: SchedulerConfig,
         queue: SchedulingQueue,
-        wake: Callable[[Key | None], None],
-        wake_later: Callable[[float], None],
-        clock: Callable[[], float],
     ) -> None:
-        self.cache = cache
+        self.cache = ctx.cache
         self.queue = queue
-        self.clock = clock
-        self.binder = binder
+        self.clock = ctx.clock
+        self.binder = ctx.binder
         self.reporter = reporter
-        self.tasks = tasks
-        self.config = config
-        self.wake = wake
-        self.wake_later = wake_later
+        self.tasks = ctx.tasks
+        self.config = ctx.config
+        self.wake = ctx.wake
+        self.wake_later = ctx.wake_later
         self._creating: set[Key] = set()  # PodGroups being created
         self._labelling: dict[Key, asyncio.Event] = {}  # pods being labelled: set when answered
         self._replacing: dict[Key, str] = {}  # PodGroups being deleted to be replaced: key -> UID

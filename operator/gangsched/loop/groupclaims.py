@@ -28,14 +28,12 @@ controller's there (it knows that API): this module leaves them alone.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from typing import Any, Final
 
-from gangsched.binder import Binder, pod_group_ref
-from gangsched.cluster import ClusterCache, Key, LiveReader
+from gangsched.binder import pod_group_ref
+from gangsched.cluster import ClusterCache, Key
 from gangsched.loop.claims import ClaimStep
-from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.context import LoopContext
 from gangsched.loop.report import Reporter
 from gangsched.model import GROUP, PLURAL, VERSION, EventReason, PodGroup
 from gangsched.session import ApiError
@@ -85,22 +83,17 @@ class GroupClaims:
 
     def __init__(
         self,
-        *,
-        cache: ClusterCache,
-        live: LiveReader,
-        binder: Binder,
+        ctx: LoopContext,
         reporter: Reporter,
         claims: ClaimStep,
-        config: SchedulerConfig,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.cache = cache
-        self.live = live
-        self.binder = binder
+        self.cache = ctx.cache
+        self.live = ctx.live
+        self.binder = ctx.binder
         self.reporter = reporter
         self.claims = claims
-        self.config = config
-        self.clock = clock
+        self.config = ctx.config
+        self.clock = ctx.clock
         self._asked: dict[Key, float] = {}
         self._reported: dict[Key, str] = {}
 

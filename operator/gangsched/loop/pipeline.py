@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from gangsched.binder import Binder, BindOutcome, BindResult, group_ref, pod_ref
-from gangsched.cluster import ClusterCache, Key, LiveReader
+from gangsched.binder import BindOutcome, BindResult, group_ref, pod_ref
+from gangsched.cluster import Key
 from gangsched.engine import GroupDecision
-from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.context import LoopContext
 from gangsched.loop.report import Reporter
-from gangsched.metrics import Metrics
 from gangsched.model import EventReason, Pod
 
 log = logging.getLogger(__name__)
@@ -66,21 +65,16 @@ class PreBindStep(Protocol):
 class BindingPipeline:
     def __init__(
         self,
-        *,
-        cache: ClusterCache,
-        live: LiveReader,
-        binder: Binder,
+        ctx: LoopContext,
         reporter: Reporter,
-        metrics: Metrics,
-        config: SchedulerConfig,
         steps: Sequence[PreBindStep] = (),
     ) -> None:
-        self.cache = cache
-        self.live = live
-        self.binder = binder
+        self.cache = ctx.cache
+        self.live = ctx.live
+        self.binder = ctx.binder
         self.reporter = reporter
-        self.metrics = metrics
-        self.config = config
+        self.metrics = ctx.metrics
+        self.config = ctx.config
         self.steps = list(steps)
 
     def start(self, decision: GroupDecision) -> GangPlan:

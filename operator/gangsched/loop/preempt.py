@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gangsched.binder import Binder, group_ref, pod_ref
-from gangsched.cluster import ClusterCache, Key
+from gangsched.binder import group_ref, pod_ref
+from gangsched.cluster import Key
 from gangsched.engine import GroupDecision
 from gangsched.engine.types import Reservation
-from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.context import LoopContext
 from gangsched.loop.report import Reporter
-from gangsched.metrics import Metrics
 from gangsched.model import EventReason, Pod
 
 log = logging.getLogger(__name__)
@@ -48,22 +46,17 @@ class Nomination:
 class Preemptions:
     def __init__(
         self,
-        *,
-        cache: ClusterCache,
-        binder: Binder,
+        ctx: LoopContext,
         reporter: Reporter,
-        metrics: Metrics,
-        config: SchedulerConfig,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.cache = cache
-        self.binder = binder
+        self.cache = ctx.cache
+        self.binder = ctx.binder
         self.reporter = reporter
-        self.metrics = metrics
-        self.config = config
-        self.clock = clock
+        self.metrics = ctx.metrics
+        self.config = ctx.config
+        self.clock = ctx.clock
         self.nominations: dict[Key, Nomination] = {}
-        metrics.gauge(
+        ctx.metrics.gauge(
             "gangsched_nomination_age_seconds",
             "Age of the oldest nomination (a domain held for a preemptor while its victims terminate).",
             self.oldest_age,

@@ -13,15 +13,13 @@ controller. (Later, the preemption executor lives beside this: both evict pods o
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from gangsched.binder import Binder, group_ref
-from gangsched.cluster import ClusterCache, Key
-from gangsched.loop.config import SchedulerConfig
+from gangsched.binder import group_ref
+from gangsched.cluster import Key
+from gangsched.loop.context import LoopContext
 from gangsched.loop.queue import SchedulingQueue
 from gangsched.loop.report import Reporter
-from gangsched.metrics import Metrics
 from gangsched.model import EventReason, Pod, PodGroup, Reason
 from gangsched.status import Counts, Verdict
 
@@ -31,22 +29,17 @@ log = logging.getLogger(__name__)
 class GangRepair:
     def __init__(
         self,
-        *,
-        cache: ClusterCache,
-        binder: Binder,
-        queue: SchedulingQueue,
+        ctx: LoopContext,
         reporter: Reporter,
-        metrics: Metrics,
-        config: SchedulerConfig,
-        wake_later: Callable[[float], None],
+        queue: SchedulingQueue,
     ) -> None:
-        self.cache = cache
-        self.binder = binder
+        self.cache = ctx.cache
+        self.binder = ctx.binder
         self.queue = queue
         self.reporter = reporter
-        self.metrics = metrics
-        self.config = config
-        self._wake_later = wake_later
+        self.metrics = ctx.metrics
+        self.config = ctx.config
+        self._wake_later = ctx.wake_later
         self._partial_since: dict[Key, float] = {}
 
     async def check(self, now: float) -> None:

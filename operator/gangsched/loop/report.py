@@ -16,11 +16,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from gangsched.binder import Binder, group_ref, now_rfc3339, pod_group_ref, pod_ref
-from gangsched.cluster import ClusterCache, Key
+from gangsched.binder import group_ref, now_rfc3339, pod_group_ref, pod_ref
+from gangsched.cluster import Key
 from gangsched.engine import GroupDecision
-from gangsched.loop.config import SchedulerConfig
-from gangsched.loop.tasks import Tasks
+from gangsched.loop.context import LoopContext
 from gangsched.model import EventReason, PodGroup, Reason
 from gangsched.status import Verdict, build_native_status, build_status, same_status
 from gangsched.transport import FencedError
@@ -29,11 +28,11 @@ log = logging.getLogger(__name__)
 
 
 class Reporter:
-    def __init__(self, *, cache: ClusterCache, binder: Binder, config: SchedulerConfig, tasks: Tasks) -> None:
-        self.cache = cache
-        self.binder = binder
-        self.config = config
-        self.tasks = tasks
+    def __init__(self, ctx: LoopContext) -> None:
+        self.cache = ctx.cache
+        self.binder = ctx.binder
+        self.config = ctx.config
+        self.tasks = ctx.tasks
         self._verdicts: dict[Key, Verdict] = {}
         self._written: dict[Key, dict[str, Any]] = {}
         # When each partial gang went partial (RFC 3339), persisted in its status (see repair).

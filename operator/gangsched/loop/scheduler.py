@@ -32,6 +32,7 @@ from gangsched.engine import CycleInput, CycleResult, DeviceCaches, QueueHead, R
 from gangsched.engine.queue import Queue, build_queue, order_key
 from gangsched.loop.claims import ClaimStep
 from gangsched.loop.config import SchedulerConfig
+from gangsched.loop.context import LoopContext
 from gangsched.loop.gangs import GangFormation, LabelStep
 from gangsched.loop.groupclaims import GroupClaims
 from gangsched.loop.liveness import Liveness
@@ -81,57 +82,27 @@ class Scheduler:
         self.clock = clock
         self.metrics = metrics or Metrics()
         self.tasks = Tasks()
-        self.queue = SchedulingQueue(config=self.config, wake_later=self.wake_later)
-        self.reporter = Reporter(cache=cache, binder=binder, config=self.config, tasks=self.tasks)
-        self.claims = ClaimStep(
-            cache=cache, live=live, binder=binder, reporter=self.reporter, config=self.config, clock=clock
-        )
-        self.group_claims = GroupClaims(
+        ctx = LoopContext(
             cache=cache,
+            binder=binder,
             live=live,
-            binder=binder,
-            reporter=self.reporter,
-            claims=self.claims,
             config=self.config,
-            clock=clock,
-        )
-        self.preemptions = Preemptions(
-            cache=cache,
-            binder=binder,
-            reporter=self.reporter,
             metrics=self.metrics,
-            config=self.config,
-            clock=clock,
-        )
-        self.gangs = GangFormation(
-            cache=cache,
-            binder=binder,
-            reporter=self.reporter,
             tasks=self.tasks,
-            config=self.config,
-            queue=self.queue,
+            clock=clock,
             wake=self.wake,
             wake_later=self.wake_later,
-            clock=clock,
         )
+        self.queue = SchedulingQueue(config=self.config, wake_later=self.wake_later)
+        self.reporter = Reporter(ctx)
+        self.claims = ClaimStep(ctx, self.reporter)
+        self.group_claims = GroupClaims(ctx, self.reporter, self.claims)
+        self.preemptions = Preemptions(ctx, self.reporter)
+        self.gangs = GangFormation(ctx, self.reporter, self.queue)
         self.pipeline = BindingPipeline(
-            cache=cache,
-            live=live,
-            binder=binder,
-            reporter=self.reporter,
-            metrics=self.metrics,
-            config=self.config,
-            steps=(LabelStep(self.gangs), self.claims, *steps),
+            ctx, self.reporter, steps=(LabelStep(self.gangs), self.claims, *steps)
         )
-        self.repair = GangRepair(
-            cache=cache,
-            binder=binder,
-            queue=self.queue,
-            reporter=self.reporter,
-            metrics=self.metrics,
-            config=self.config,
-            wake_later=self.wake_later,
-        )
+        self.repair = GangRepair(ctx, self.reporter, self.queue)
         # Anti-starvation reservations, held across cycles (the engine makes and releases them).
         self.reservations: dict[Key, Reservation] = {}
         # The engine's device table and selector answers, kept across cycles (ours alone).
