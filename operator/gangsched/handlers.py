@@ -5,7 +5,7 @@ Every kind is watched by an informer (`cluster.informer`); its events and LISTs 
 `Intake.event` and `Intake.listed` into the cache's one store, so an object that vanished from
 a LIST has exactly the effects of a DELETED event. Two things follow from each:
 
-- the loop is woken for a cycle only when the cache's generation moved (a change a decision
+- the loop is woken for a cycle only when the cache's change count moved (a change a decision
   can depend on: not a node heartbeat, not a pod's status conditions, not a Job's counters);
 - the PodGroup an event concerns (a PodGroup's own, the one a pod names) gets its status
   looked at, by a debounced status pass that runs no cycle (`Scheduler.report`).
@@ -67,11 +67,11 @@ class Intake:
         if kind == POD.name:
             self.pod(event_type, body)
             return
-        generation = self.cache.generation
+        changes = self.cache.changes
         self.cache.apply(kind, event_type, body)
         if kind in self._group_kinds:
             self.scheduler.report(key_of(body))
-        self._woken(generation)
+        self._woken(changes)
 
     def list_start(self, kind: str) -> None:
         """A LIST of `kind` begins (or starts over), read page by page."""
@@ -81,9 +81,9 @@ class Intake:
         """One page of the LIST in progress, applied a slice at a time: the event loop (other
         watches, probes, the metrics endpoint) never waits for a whole page of 500 pods."""
         for start in range(0, len(items), _LIST_SLICE):
-            generation = self.cache.generation
+            changes = self.cache.changes
             self.cache.list_page(kind, items[start : start + _LIST_SLICE])
-            self._woken(generation)
+            self._woken(changes)
             await asyncio.sleep(0)
 
     async def listed(self, kind: str, resource_version: str) -> None:
@@ -125,8 +125,8 @@ class Intake:
         if was_stale:
             self.scheduler.wake()
 
-    def _woken(self, generation: int) -> None:
-        if self.cache.generation != generation:
+    def _woken(self, changes: int) -> None:
+        if self.cache.changes != changes:
             self.scheduler.wake()
 
     # ------------------------------------------------------------------ pods
@@ -147,7 +147,7 @@ class Intake:
 
     def _pod(self, event_type: str, body: Body) -> None:
         key: Key = key_of(body)
-        generation = self.cache.generation
+        changes = self.cache.changes
         held = self.cache.pods.get(key)
         if event_type == "DELETED" and held is not None and self.live.may_have_finished(held):
             # Gone, or finished (it left the selector): told apart by a read in the background.
@@ -157,7 +157,7 @@ class Intake:
         group = _group_named(body)
         if group:
             self.scheduler.report((key[0], group))
-        self._woken(generation)
+        self._woken(changes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -258,7 +258,7 @@ def test_a_formed_gang_is_decided_at_once_and_each_pod_labelled_before_it_is_bou
         await sched.cycle()  # joined and decided; the Bindings wait for the labels
         for _ in range(5):
             await asyncio.sleep(0)
-        assert sched.queue.binding((NS, "job-train"))
+        assert sched.backoff.binding((NS, "job-train"))
         assert binder.bound == []
         assert {p.name for p in cache.members((NS, "job-train"))} == {"train-0", "train-1"}
         assert cache.joined((NS, "train-0")) == "job-train"

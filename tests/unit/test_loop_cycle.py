@@ -140,7 +140,7 @@ def test_the_loop_leaves_out_of_the_queue_what_the_engine_would_not_place() -> N
         await sched.cycle()
         await settle(sched)
         assert binder.bound == []
-        assert not sched.queue.state(("ml", "g")).last_attempt  # nothing was decided for it
+        assert not sched.backoff.state(("ml", "g")).last_attempt  # nothing was decided for it
 
     asyncio.run(scenario())
 

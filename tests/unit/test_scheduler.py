@@ -385,36 +385,36 @@ def test_the_live_loop_keeps_a_starving_gangs_reservation_while_it_backs_off() -
 
 
 def test_a_preempting_group_has_no_backoff() -> None:
+    from gangsched.loop.backoff import Backoff
     from gangsched.loop.config import SchedulerConfig
-    from gangsched.loop.queue import SchedulingQueue
     from gangsched.model import Reason
 
-    queue = SchedulingQueue(config=SchedulerConfig(), wake_later=lambda _: None)
-    queue.unplaced(("ml", "hi"), Reason.UNSCHEDULABLE, 10.0, 5, preempting=True)
-    assert not queue.due(("ml", "hi"), 10.0, 5)  # nothing changed yet
-    assert queue.due(("ml", "hi"), 10.01, 6)  # a victim went: at once, no 0.5 s backoff
-    queue.unplaced(("ml", "lo"), Reason.UNSCHEDULABLE, 10.0, 5)
-    queue.unplaced(("ml", "lo"), Reason.UNSCHEDULABLE, 10.0, 5)
-    assert not queue.due(("ml", "lo"), 10.01, 6)  # an ordinary failure backs off
+    backoff = Backoff(config=SchedulerConfig(), wake_later=lambda _: None)
+    backoff.failed(("ml", "hi"), Reason.UNSCHEDULABLE, 10.0, 5, preempting=True)
+    assert not backoff.due(("ml", "hi"), 10.0, 5)  # nothing changed yet
+    assert backoff.due(("ml", "hi"), 10.01, 6)  # a victim went: at once, no 0.5 s backoff
+    backoff.failed(("ml", "lo"), Reason.UNSCHEDULABLE, 10.0, 5)
+    backoff.failed(("ml", "lo"), Reason.UNSCHEDULABLE, 10.0, 5)
+    assert not backoff.due(("ml", "lo"), 10.01, 6)  # an ordinary failure backs off
 
 
 def test_a_strict_fifo_head_has_no_backoff_and_stays_a_head_until_decided_otherwise() -> None:
+    from gangsched.loop.backoff import Backoff
     from gangsched.loop.config import SchedulerConfig
-    from gangsched.loop.queue import SchedulingQueue
     from gangsched.model import Reason
 
-    queue = SchedulingQueue(config=SchedulerConfig(), wake_later=lambda _: None)
+    backoff = Backoff(config=SchedulerConfig(), wake_later=lambda _: None)
     head = ("ml", "big")
-    queue.unplaced(head, Reason.UNSCHEDULABLE, 10.0, 5, blocking=True)
-    queue.unplaced(head, Reason.UNSCHEDULABLE, 10.0, 5, blocking=True)
-    assert queue.blocking(head)
-    assert not queue.due(head, 10.0, 5)  # nothing changed yet
-    assert queue.due(head, 10.01, 6)  # a gang finished: tried at once, the round starts now
-    queue.unplaced(head, Reason.QUEUED_BEHIND, 11.0, 6)  # a new head came ahead of it
-    assert not queue.blocking(head)
-    queue.unplaced(head, Reason.UNSCHEDULABLE, 12.0, 7, blocking=True)
-    queue.scheduled(head)
-    assert not queue.blocking(head)
+    backoff.failed(head, Reason.UNSCHEDULABLE, 10.0, 5, blocking=True)
+    backoff.failed(head, Reason.UNSCHEDULABLE, 10.0, 5, blocking=True)
+    assert backoff.blocking(head)
+    assert not backoff.due(head, 10.0, 5)  # nothing changed yet
+    assert backoff.due(head, 10.01, 6)  # a gang finished: tried at once, the round starts now
+    backoff.failed(head, Reason.QUEUED_BEHIND, 11.0, 6)  # a new head came ahead of it
+    assert not backoff.blocking(head)
+    backoff.failed(head, Reason.UNSCHEDULABLE, 12.0, 7, blocking=True)
+    backoff.scheduled(head)
+    assert not backoff.blocking(head)
 
 
 def test_every_cycle_gets_the_schedulers_own_device_caches(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -486,7 +486,7 @@ def test_a_gang_left_undecided_past_the_stall_budget_fails_liveness_once(
         cache = ClusterCache()
         binder = FakeBinder()
         sched = make(cache, binder, clock)
-        monkeypatch.setattr(sched.queue, "due", lambda *_: False)
+        monkeypatch.setattr(sched.backoff, "due", lambda *_: False)
         cache.apply("nodes", "ADDED", node("n1"))
         cache.apply("podgroups", "ADDED", group(1))
         cache.apply("pods", "ADDED", pod("g-0", 10))

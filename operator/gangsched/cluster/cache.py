@@ -21,7 +21,7 @@ the native one is `shadowed`, told with a Warning Event), the members of each gr
 belongs to a group only through the group's API, `group_of`), the pods of each scheduler name
 (`queue_pods`: a cycle reads its own scheduler's pods and the groups' members, never the
 100,000 pods of others, which are load in `node_infos`), the owner chains automatic gangs
-follow (`owners`), and `generation`, bumped by every change that can alter a decision
+follow (`owners`), and `changes`, counting every change that can alter a decision
 (a budget's never does: budgets only order preemption victims).
 
 Everything it holds is read through read-only mappings and methods; it changes only through
@@ -133,7 +133,7 @@ class ClusterCache:
             **{kind.name: self._pod_groups_changed for kind in POD_GROUP_KINDS.values()},
             **{kind.name: self._owners_changed for kind in OWNER_STORE_KINDS},
         }
-        self.generation = 0  # bumped on every change that can alter a decision
+        self.changes = 0  # counts every change that can alter a decision
         # Called with the seconds from an assumption to the watch showing that pod bound:
         # the cache's lag behind our own writes (a metric).
         self.on_confirmed: Callable[[float], None] | None = None
@@ -145,15 +145,15 @@ class ClusterCache:
 
     def apply(self, kind: str, event_type: str | None, body: Body) -> bool:
         """One watch event (or object read live) of the kind named `kind` (`cluster.kinds`).
-        True when it changed what a decision reads (the generation moved)."""
+        True when it changed what a decision reads (the change count moved)."""
         of = KINDS[kind]
-        generation = self.generation
+        changes = self.changes
         change = self.store.apply(of, event_type, body)
         if of is RESOURCE_CLAIM:
             self._claim_watched(key_of(body), None if event_type == "DELETED" else body)
         if change is not None:
             self._changed(of, [change])
-        return self.generation != generation
+        return self.changes != changes
 
     def remove(self, kind: str, key: Key) -> None:
         """The object is gone (a live read found none)."""
@@ -265,11 +265,11 @@ class ClusterCache:
         return not self.holds().groups
 
     def _changed(self, kind: Kind[Any], changes: Sequence[Change[Any]]) -> None:
-        """Keep the indexes of `kind`; the generation moves when a decision may change."""
+        """Keep the indexes of `kind`; the change count moves when a decision may change."""
         hook = self._hooks.get(kind.name)
         moved = hook(changes) if hook is not None else any(c.significant for c in changes)
         if moved:
-            self.generation += 1
+            self.changes += 1
 
     def _owners_changed(self, changes: Sequence[Change[Owner]]) -> bool:
         for change in changes:
@@ -364,7 +364,7 @@ class ClusterCache:
         self.unjoin(key)
         self.assumptions.join(key, group)
         self._pods.add_member((key[0], group), key)
-        self.generation += 1
+        self.changes += 1
         return True
 
     def unjoin(self, key: Key) -> None:
@@ -375,7 +375,7 @@ class ClusterCache:
         pod = self.store.get(POD, key)
         if pod is None or pod.pod_group != group:
             self._pods.remove_member((key[0], group), key)
-        self.generation += 1
+        self.changes += 1
 
     def joined(self, key: Key) -> str | None:
         return self.assumptions.joined(key)
@@ -392,7 +392,7 @@ class ClusterCache:
         if held is not None:
             self.node_infos.count(pod.key, self.assumptions.view(held))
         self.writes.bound(group, pod.key)
-        self.generation += 1
+        self.changes += 1
 
     def forget(self, key: Key) -> None:
         """Drop an assumption whose binding failed (the pod is pending again)."""
@@ -400,7 +400,7 @@ class ClusterCache:
             self.writes.settled(key)
             held = self.store.get(POD, key)
             self.node_infos.count(key, held)
-            self.generation += 1
+            self.changes += 1
 
     def is_assumed(self, key: Key) -> bool:
         return key in self.assumptions
@@ -423,12 +423,12 @@ class ClusterCache:
         for key, result in allocations.items():
             self.devices.assume(key, result)
         if allocations:
-            self.generation += 1
+            self.changes += 1
 
     def forget_allocations(self, keys: Iterable[Key]) -> None:
         forgotten = [k for k in keys if self.devices.forget(k)]  # every one, no short cut
         if forgotten:
-            self.generation += 1
+            self.changes += 1
 
     def wrote_claim(self, group: Key, body: Mapping[str, Any]) -> None:
         """Our write to a claim for `group` returned `body`: hold it, and decide `group` again
@@ -437,7 +437,7 @@ class ClusterCache:
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         self.writes.wrote_claim(group, key, str(meta.get("resourceVersion") or ""))
-        self.generation += 1
+        self.changes += 1
 
     def status_write_observed(self, group: Key) -> None:
         """Stop waiting for the watch to echo our last status write (it was ours; a live

@@ -9,7 +9,7 @@ One job per module, lowest first:
   types        what goes in (GroupRequest) and comes out (GroupDecision, CycleResult)
   queue        pending pods -> groups, gates that need no placement, queue order
   capacity     a group's pod classes and what fits per node and domain (the public
-               interface the placer, explanation, reservation, and later preemption and
+               interface the placer, explanation, reservation, preemption and
                device allocation share)
   fill         laying pods along a node order: vectorised first-fit, bounded exact search
   placer       domain ranking and the descent through Preferred levels
@@ -34,6 +34,7 @@ from gangsched.engine.types import (
     CycleResult,
     GroupDecision,
     GroupRequest,
+    Nomination,
     QueueHead,
     Reservation,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "DraObjects",
     "GroupDecision",
     "GroupRequest",
+    "Nomination",
     "QueueHead",
     "Reservation",
     "Snapshot",

@@ -25,6 +25,7 @@ from gangsched.engine.types import (
     CycleResult,
     GroupDecision,
     GroupRequest,
+    Nomination,
     QueueHead,
     Reservation,
     WaitForTerminating,
@@ -45,9 +46,9 @@ def schedule_groups(
     groups: Sequence[GroupRequest],
     *,
     reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS,
-    held: Sequence[Reservation] = (),
+    reservations: Sequence[Reservation] = (),
     devices: DeviceState | None = None,
-    nominations: Sequence[Reservation] = (),
+    nominations: Sequence[Nomination] = (),
     bound: Sequence[Pod] | BoundPods = (),
     pod_groups: Mapping[Key, PodGroup] | None = None,
     budgets: Sequence[DisruptionBudget] = (),
@@ -59,7 +60,7 @@ def schedule_groups(
     """Decide for every group in queue order, assuming each placement before the next group.
 
     A group that does not fit does not block the groups behind it, except through
-    reservations (see `engine.reservation`): `held` ones the loop kept from earlier cycles
+    reservations (see `engine.reservation`): `reservations` the loop kept from earlier cycles
     for owners not decided now, and those made here for a group unschedulable for longer
     than `reservation_after_seconds`, one per priority level at most. `devices` are the
     cluster's DRA devices (None: no DRA objects). Returned: the decisions, and the
@@ -80,9 +81,9 @@ def schedule_groups(
     """
     decisions: list[GroupDecision] = []
     deciding = {g.key for g in groups}
-    standing = [r for r in held if r.owner not in deciding]
+    standing = [r for r in reservations if r.owner not in deciding]
     allocated_now: dict[Key, AllocationResult] = {}
-    nominated = list(nominations)
+    nominated: list[Reservation] = list(nominations)
     preempting = {r.owner for r in nominations}
     running: Running | None = None  # what preemption reads of the running pods, once per cycle
     bound_pods = bound if isinstance(bound, BoundPods) else BoundPods.of(bound)
@@ -91,7 +92,7 @@ def schedule_groups(
     # Free domains are kept whole only while a waiting gang needs one (engine.sparing);
     # reservations and nominations of groups not decided now hide their pods, so they do.
     waiters = WholeDomainWaiters(
-        snapshot, ordered, others_unknown=any(r.owner not in deciding for r in [*held, *nominations])
+        snapshot, ordered, others_unknown=any(r.owner not in deciding for r in [*reservations, *nominations])
     )
     strict = queueing == QueueingStrategy.STRICT_FIFO
     ahead = [h for h in heads if h.key not in deciding] if strict else []
@@ -139,7 +140,7 @@ def schedule_groups(
             if isinstance(found, WaitForTerminating):
                 outcome.decision.message += f"; {found.describe()}"
             elif found is not None:
-                nomination = Reservation(group.key, group.priority, order_key(group), found.nodes)
+                nomination = Nomination(group.key, group.priority, order_key(group), found.nodes)
                 outcome.decision.preemption = found
                 outcome.decision.nomination = nomination
                 outcome.decision.message += f"; {found.describe()}"
@@ -212,7 +213,7 @@ class CycleInput:
     dra: DraObjects | None = None
     device_caches: DeviceCaches | None = None
     reservations: Sequence[Reservation] = ()
-    nominations: Sequence[Reservation] = ()
+    nominations: Sequence[Nomination] = ()
     budgets: Sequence[DisruptionBudget] = ()
     reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS
     queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
@@ -233,7 +234,7 @@ class CycleInput:
         dra: DraObjects | None = None,
         device_caches: DeviceCaches | None = None,
         reservations: Sequence[Reservation] = (),
-        nominations: Sequence[Reservation] = (),
+        nominations: Sequence[Nomination] = (),
         budgets: Sequence[DisruptionBudget] = (),
         reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS,
         queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO,
@@ -282,7 +283,7 @@ class CycleInput:
         dra: DraObjects | None = None,
         device_caches: DeviceCaches | None = None,
         reservations: Sequence[Reservation] = (),
-        nominations: Sequence[Reservation] = (),
+        nominations: Sequence[Nomination] = (),
         budgets: Sequence[DisruptionBudget] = (),
         reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS,
         queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO,
@@ -323,7 +324,7 @@ def decide(cycle: CycleInput) -> CycleResult:
         snapshot,
         queue.requests,
         reservation_after_seconds=cycle.reservation_after_seconds,
-        held=cycle.reservations,
+        reservations=cycle.reservations,
         devices=devices,
         nominations=cycle.nominations,
         bound=cycle.bound,
@@ -358,7 +359,7 @@ def schedule_cycle(
     dra: DraObjects | None = None,
     device_caches: DeviceCaches | None = None,
     reservations: Sequence[Reservation] = (),
-    nominations: Sequence[Reservation] = (),
+    nominations: Sequence[Nomination] = (),
     budgets: Sequence[DisruptionBudget] = (),
     reservation_after_seconds: float = DEFAULT_RESERVATION_AFTER_SECONDS,
     queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO,

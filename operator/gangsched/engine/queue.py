@@ -238,27 +238,25 @@ def gate_group(
     """Decisions that need no placement: missing or invalid group, mixed schedulers, too few pods."""
     namespace, name = key
 
-    def unplaced(reason: Reason, message: str) -> GroupDecision:
+    def gated(reason: Reason, message: str) -> GroupDecision:
         return GroupDecision(namespace=namespace, name=name, scheduled=False, reason=reason, message=message)
 
     if group is None:
-        return unplaced(
+        return gated(
             Reason.POD_GROUP_NOT_FOUND,
             f"PodGroup {namespace}/{name} not found; its pods wait until it is created",
         )
     if group.spec is None:
-        return unplaced(Reason.UNSCHEDULABLE, f"invalid PodGroup: {group.spec_error}")
+        return gated(Reason.UNSCHEDULABLE, f"invalid PodGroup: {group.spec_error}")
     if len(scheduler_names) > 1:
-        return unplaced(
+        return gated(
             Reason.UNSCHEDULABLE,
             "pods of one PodGroup must share one schedulerName; found "
             + ", ".join(quoted(n) for n in sorted(scheduler_names)),
         )
     # Gated pods are not ready to be scheduled yet, as in kube-scheduler's PreEnqueue.
     if group.spec.is_gang and len(ready_to_schedule(members, scheduler_name)) < group.spec.min_count:
-        return unplaced(
-            Reason.WAITING_FOR_PODS, waiting_for_pods(members, group.spec.min_count, scheduler_name)
-        )
+        return gated(Reason.WAITING_FOR_PODS, waiting_for_pods(members, group.spec.min_count, scheduler_name))
     return None
 
 

@@ -63,6 +63,13 @@ class Reservation:
 
 
 @dataclass(frozen=True, slots=True)
+class Nomination(Reservation):
+    """kube-scheduler's nominated node, for a gang: the domain held for a preemptor while its
+    victims go (`engine.preemption`). Held like a reservation: only groups ahead of `owner`
+    in queue order may use its nodes. The loop keeps it across cycles (`loop.preempt`)."""
+
+
+@dataclass(frozen=True, slots=True)
 class PodDevice:
     """One device a placed pod gets, through one of its claims."""
 
@@ -148,8 +155,8 @@ class GroupDecision:
     # Unplaced, but running lower-priority units can make room: the loop evicts them.
     preemption: Preemption | None = None
     # With `preemption`: the domain held for this group while its victims go, at its place
-    # in this cycle's queue (the loop keeps it across cycles as a nomination).
-    nomination: Reservation | None = None
+    # in this cycle's queue (the loop keeps it across cycles).
+    nomination: Nomination | None = None
     # StrictFIFO: unplaced but able to fit the cluster, so the groups behind it wait for it.
     blocks_queue: bool = False
 

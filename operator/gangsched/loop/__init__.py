@@ -1,7 +1,10 @@
 """The loop: queue and backoff -> engine -> binding pipeline, one asyncio task.
 
 config    the loop's settings and test-only fault injection
-queue     which groups may be decided now; backoff (as kube-scheduler's queue owns it)
+backoff   which groups of the cycle's queue may be decided now; backoff per group
+context   what the loop's parts share (one LoopContext)
+formation automatic gangs' formation: the policy, pure (simulate and explain ask it too)
+gangs     the writes that form automatic gangs
 pipeline  assume -> writes before the bind (with undo) -> Bindings -> outcomes -> Events
 repair    partial gangs: re-placed inside their pinned domain, or rolled back on timeout
 report    verdicts -> PodGroup status writes and Events

@@ -17,7 +17,7 @@ A held pod is never scheduled alone: it becomes a gated decision (`Reason.WAITIN
 What a write returns is applied to the cache at once (the store never goes back to an older
 version), so a gang waits one round trip per step, not one watch echo. A failed write is
 tried again after a backoff (1 s doubling to 30 s), and the pods it holds are decided again
-then through the queue (`SchedulingQueue.touch`): their reason says the last try failed.
+then through the queue (`Backoff.touch`): their reason says the last try failed.
 `review` replaces a PodGroup of ours whose owner now makes another gang (a Job whose
 parallelism changed) while none of its members is bound; its group is kept out of the cycle
 meanwhile (`replacing`).
@@ -35,10 +35,10 @@ from gangsched.cluster import ClusterCache, Key
 from gangsched.cluster.cache import NO_HOLDS, Holds
 from gangsched.cluster.kinds import POD, POD_GROUP
 from gangsched.cluster.store import Role
+from gangsched.loop.backoff import Backoff
 from gangsched.loop.context import LoopContext
 from gangsched.loop.formation import CreatePodGroup, Formation, JoinPodGroup, replacement
 from gangsched.loop.pipeline import GangPlan
-from gangsched.loop.queue import SchedulingQueue
 from gangsched.loop.report import Reporter
 from gangsched.model import POD_GROUP_LABEL, EventReason, Pod, PodGroup, PodGroupApi
 from gangsched.model.owners import AutomaticGang, Waiting, pod_group_manifest
@@ -78,10 +78,10 @@ class GangFormation:
         self,
         ctx: LoopContext,
         reporter: Reporter,
-        queue: SchedulingQueue,
+        backoff: Backoff,
     ) -> None:
         self.cache = ctx.cache
-        self.queue = queue
+        self.backoff = backoff
         self.clock = ctx.clock
         self.binder = ctx.binder
         self.reporter = reporter
@@ -98,7 +98,7 @@ class GangFormation:
         self._told: dict[Key, str] = {}  # pod -> the wait it was told of
         # What each write holds: a PodGroup's (or a pod's) key -> the pods held for it.
         self._held_for: dict[Key, set[Key]] = {}
-        self._reviewed = -1  # the cache generation `review` last looked at
+        self._reviewed = -1  # the cache's change count `review` last looked at
 
     @property
     def replacing(self) -> Iterable[Key]:
@@ -175,9 +175,9 @@ class GangFormation:
         members is bound (`model.owners.replacement`). Looks only when the cache changed, and
         never while a kind it reads is stale."""
         cache = self.cache
-        if cache.generation == self._reviewed or holds.formation:
+        if cache.changes == self._reviewed or holds.formation:
             return
-        self._reviewed = cache.generation
+        self._reviewed = cache.changes
         for key, group in cache.pod_groups.items():
             if (
                 not group.managed
@@ -307,7 +307,7 @@ class GangFormation:
         # What the pods it holds wait for changed (their reason says the try failed), and
         # again when the backoff ends: decided again then, through the queue.
         held = self._held_for.get(key, {key})
-        self.queue.touch(held)
+        self.backoff.touch(held)
         self.wake(None)
         self.wake_later(delay)
 

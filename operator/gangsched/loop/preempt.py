@@ -5,8 +5,9 @@ the preemptor) on its status, then a DELETE with its own grace period and its UI
 precondition (kube-scheduler's executor does the same; no Eviction API), and a `Preempted`
 Event on it; one `Preempting` Event on the preemptor.
 
-**Nomination**: the domain the engine chose stays reserved for the preemptor while the
-victims terminate (`Nomination`, passed to the engine as a reservation every cycle): groups
+**Nomination**: the domain the engine chose stays held for the preemptor while the
+victims terminate (the engine's `Nomination`, kept in a `Preempting` and passed to the
+engine every cycle): groups
 behind it in the queue may not use those nodes, lower-priority groups may still use capacity
 elsewhere, and the preemptor does not preempt again meanwhile. It is released when the
 preemptor is placed (anywhere) or deleted, when its victims are gone and it still has not
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from gangsched.binder import group_ref, pod_ref
 from gangsched.cluster import Key
 from gangsched.engine import GroupDecision
-from gangsched.engine.types import Reservation
+from gangsched.engine.types import Nomination
 from gangsched.loop.context import LoopContext
 from gangsched.loop.report import Reporter
 from gangsched.model import EventReason, Pod
@@ -36,8 +37,10 @@ NOMINATION_MAX_SECONDS = 600.0
 
 
 @dataclass(slots=True)
-class Nomination:
-    reservation: Reservation
+class Preempting:
+    """A preemption under way: the domain held for the preemptor, its victims, since when."""
+
+    nomination: Nomination
     victims: list[tuple[Key, str]]  # (pod key, uid)
     since: float
     victims_gone_since: float | None = None
@@ -55,7 +58,7 @@ class Preemptions:
         self.metrics = ctx.metrics
         self.config = ctx.config
         self.clock = ctx.clock
-        self.nominations: dict[Key, Nomination] = {}
+        self.nominations: dict[Key, Preempting] = {}
         ctx.metrics.gauge(
             "gangsched_nomination_age_seconds",
             "Age of the oldest nomination (a domain held for a preemptor while its victims terminate).",
@@ -66,8 +69,8 @@ class Preemptions:
         now = self.clock()
         return max((now - n.since for n in self.nominations.values()), default=0.0)
 
-    def active(self) -> list[Reservation]:
-        return [n.reservation for n in self.nominations.values()]
+    def active(self) -> list[Nomination]:
+        return [n.nomination for n in self.nominations.values()]
 
     # ------------------------------------------------------------------ per cycle
 
@@ -105,8 +108,8 @@ class Preemptions:
         preemption, nomination = decision.preemption, decision.nomination
         if preemption is None or nomination is None:
             return
-        self.nominations[decision.key] = Nomination(
-            reservation=nomination,
+        self.nominations[decision.key] = Preempting(
+            nomination=nomination,
             victims=[(p.key, p.uid) for p in preemption.victims],
             since=self.clock(),
         )

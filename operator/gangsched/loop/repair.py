@@ -17,8 +17,8 @@ from datetime import UTC, datetime, timedelta
 
 from gangsched.binder import group_ref
 from gangsched.cluster import Key
+from gangsched.loop.backoff import Backoff
 from gangsched.loop.context import LoopContext
-from gangsched.loop.queue import SchedulingQueue
 from gangsched.loop.report import Reporter
 from gangsched.model import EventReason, Pod, PodGroup, Reason
 from gangsched.status import Counts, Verdict
@@ -31,11 +31,11 @@ class GangRepair:
         self,
         ctx: LoopContext,
         reporter: Reporter,
-        queue: SchedulingQueue,
+        backoff: Backoff,
     ) -> None:
         self.cache = ctx.cache
         self.binder = ctx.binder
-        self.queue = queue
+        self.backoff = backoff
         self.reporter = reporter
         self.metrics = ctx.metrics
         self.config = ctx.config
@@ -74,7 +74,7 @@ class GangRepair:
                 )
                 if since == now:
                     continue
-            if self.queue.binding(key):
+            if self.backoff.binding(key):
                 continue  # more members are being bound: judge once that is over, on the same clock
             timeout = group.spec.schedule_timeout_seconds or self.config.default_schedule_timeout_seconds
             if now - since < timeout:

@@ -70,8 +70,8 @@ class Reporter:
         v = self.verdict(key)
         self.set_verdict(key, Verdict(reason=v.reason, message=v.message, binding=False, domain=v.domain))
 
-    def unplaced(self, decision: GroupDecision) -> None:
-        """Record a group the engine did not place, and tell its PodGroup (or its pods) why."""
+    def waiting(self, decision: GroupDecision) -> None:
+        """Record a group the engine did not place, and tell its PodGroup (or its pods) why it waits."""
         key = decision.key
         self._verdicts[key] = Verdict(reason=decision.reason, message=decision.message)
         if decision.reason is Reason.WAITING_FOR_GANG:

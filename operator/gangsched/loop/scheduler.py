@@ -8,7 +8,7 @@ the loop keeps (`cluster.snapshots`: rows of the nodes changed since the last cy
 rewritten, not rebuilt from every pod), record verdicts, and start the binding
 pipeline for each decided gang as a background task; then repair partial gangs and write
 statuses. Housekeeping runs on timers of its own (`Tasks.every`), never inside a cycle.
-Only what can change a decision wakes the loop for a cycle (the cache's generation moved, a
+Only what can change a decision wakes the loop for a cycle (the cache's change count moved, a
 binding ended, a backoff or a timer ran out); what only changes a PodGroup's status (a pod
 running, the echo of a status write) is written by a debounced status pass (`report`).
 Nothing that reads a stale kind is decided (`ClusterCache.holds`: a watch down, re-listing,
@@ -30,6 +30,7 @@ from gangsched.cluster.cache import Holds
 from gangsched.cluster.snapshots import SnapshotKeeper
 from gangsched.engine import CycleInput, CycleResult, DeviceCaches, QueueHead, Reservation, decide
 from gangsched.engine.queue import Queue, build_queue, order_key
+from gangsched.loop.backoff import Backoff
 from gangsched.loop.claims import ClaimStep
 from gangsched.loop.config import SchedulerConfig
 from gangsched.loop.context import LoopContext
@@ -38,7 +39,6 @@ from gangsched.loop.groupclaims import GroupClaims
 from gangsched.loop.liveness import Liveness
 from gangsched.loop.pipeline import BindingPipeline, GangPlan, PreBindStep
 from gangsched.loop.preempt import Preemptions
-from gangsched.loop.queue import SchedulingQueue
 from gangsched.loop.repair import GangRepair
 from gangsched.loop.report import Reporter
 from gangsched.loop.tasks import Tasks
@@ -93,16 +93,16 @@ class Scheduler:
             wake=self.wake,
             wake_later=self.wake_later,
         )
-        self.queue = SchedulingQueue(config=self.config, wake_later=self.wake_later)
+        self.backoff = Backoff(config=self.config, wake_later=self.wake_later)
         self.reporter = Reporter(ctx)
         self.claims = ClaimStep(ctx, self.reporter)
         self.group_claims = GroupClaims(ctx, self.reporter, self.claims)
         self.preemptions = Preemptions(ctx, self.reporter)
-        self.gangs = GangFormation(ctx, self.reporter, self.queue)
+        self.gangs = GangFormation(ctx, self.reporter, self.backoff)
         self.pipeline = BindingPipeline(
             ctx, self.reporter, steps=(LabelStep(self.gangs), self.claims, *steps)
         )
-        self.repair = GangRepair(ctx, self.reporter, self.queue)
+        self.repair = GangRepair(ctx, self.reporter, self.backoff)
         # Anti-starvation reservations, held across cycles (the engine makes and releases them).
         self.reservations: dict[Key, Reservation] = {}
         # The engine's device table and selector answers, kept across cycles (ours alone).
@@ -199,7 +199,7 @@ class Scheduler:
         """Reservations of claims for pods that are gone, and stale allocations (walks every
         claim; not while a kind it reads may be stale: a pod it would think gone may not be)."""
         if self.cache.devices.claims and not self.cache.holds().devices:
-            await self.claims.sweep(self.queue.binding, self._schedule_timeout)
+            await self.claims.sweep(self.backoff.binding, self._schedule_timeout)
 
     async def sync_group_claims(self) -> None:
         """PodGroup claims created from templates and cleaned up after their group."""
@@ -209,7 +209,7 @@ class Scheduler:
 
     def forget_group(self, key: Key) -> None:
         """The PodGroup was deleted: start afresh if it comes back."""
-        self.queue.forget(key)
+        self.backoff.forget(key)
         self.reporter.forget(key)
         self.repair.forget(key)
         self.preemptions.forget(key)
@@ -236,7 +236,7 @@ class Scheduler:
         self.liveness.step = "building the queue"
         # Automatic gangs (loop.gangs) first: the pods it joins to their gang are members in
         # what the engine is given; those whose gang is still being formed wait, never alone.
-        self.gangs.review(self.queue.binding, holds)
+        self.gangs.review(self.backoff.binding, holds)
         name = self.config.scheduler_name
         held = self.gangs.hold(self.cache.scheduler_pods(name), now, holds)
         pods = self.cache.queue_pods(name)
@@ -245,7 +245,7 @@ class Scheduler:
         if queue.requests or queue.gated:
             self.liveness.step = "the engine"
             # What the snapshot saw: events applied while the engine runs count as changes after it.
-            seen_generation = self.cache.generation
+            seen_changes = self.cache.changes
             started = time.perf_counter()
             snapshot = self.snapshots.snapshot()
             cycle = CycleInput.for_operator(
@@ -275,7 +275,7 @@ class Scheduler:
                 )
                 self._started = None
             self.reservations = {r.owner: r for r in result.reservations}
-            self._apply(result, now, seen_generation)
+            self._apply(result, now, seen_changes)
             self.preemptions.review(result.decisions)
         self.liveness.step = "status writes"
         await self.reporter.write_statuses()
@@ -331,11 +331,11 @@ class Scheduler:
             pods,
             pod_groups,
             scheduler_name=self.config.scheduler_name,
-            waiting_seconds=self.queue.waiting_seconds(now),
+            waiting_seconds=self.backoff.waiting_seconds(now),
             held=held,
         )
         in_scope = [key for key, _ in queue.entries() if self.config.in_scope(key[0])]
-        self.liveness.waiting((key for key in in_scope if not self.queue.binding(key)), now)
+        self.liveness.waiting((key for key in in_scope if not self.backoff.binding(key)), now)
         ready: set[tuple[Key, bool]] = set()
         if not holds.everything:
             # A kind stale since its watch ended: what it held may be gone (a node, a PodGroup,
@@ -353,22 +353,22 @@ class Scheduler:
             heads = [
                 QueueHead(r.key, order_key(r))
                 for r in queue.requests
-                if (r.key, r.is_pod_group) not in ready and self.queue.blocking(r.key)
+                if (r.key, r.is_pod_group) not in ready and self.backoff.blocking(r.key)
             ]
         return queue.only(lambda key, is_group: (key, is_group) in ready), heads
 
     def _may_decide(self, key: Key, is_group: bool, now: float) -> bool:
-        if self.queue.binding(key):
+        if self.backoff.binding(key):
             return False
         if is_group and not self._caught_up(key, now):
             return False
-        if key not in self.reservations and self.queue.starving(key, now):
+        if key not in self.reservations and self.backoff.starving(key, now):
             return True  # decided now, whatever its backoff: so it gets its reservation now
-        return self.queue.due(key, now, self.cache.generation)
+        return self.backoff.due(key, now, self.cache.changes)
 
     def _caught_up(self, key: Key, now: float) -> bool:
         """Never decide a group on a cache that has not seen our own writes for it (KEP-5647)."""
-        state = self.queue.state(key)
+        state = self.backoff.state(key)
         caught = self.cache.caught_up(key)
         if caught is not True:
             if state.behind_since is None:
@@ -392,14 +392,14 @@ class Scheduler:
 
     # ------------------------------------------------------------------ decisions
 
-    def _apply(self, result: CycleResult, now: float, seen_generation: int) -> None:
+    def _apply(self, result: CycleResult, now: float, seen_changes: int) -> None:
         unplaced: list[Reason] = []
         for decision in result.decisions:
             self.metrics.decisions.labels(reason=decision.reason.value).inc()
             key = decision.key
             self.liveness.decided(key, binding=decision.scheduled)
             if decision.scheduled:
-                self.queue.scheduled(key)
+                self.backoff.scheduled(key)
                 self.reporter.set_verdict(
                     key,
                     Verdict(
@@ -414,15 +414,15 @@ class Scheduler:
                 continue
             unplaced.append(decision.reason)
             preempting = decision.preemption is not None or key in self.preemptions.nominations
-            self.queue.unplaced(
+            self.backoff.failed(
                 key,
                 decision.reason,
                 now,
-                seen_generation,
+                seen_changes,
                 preempting=preempting,
                 blocking=decision.blocks_queue,
             )
-            self.reporter.unplaced(decision)
+            self.reporter.waiting(decision)
             if decision.preemption is not None and key not in self.preemptions.nominations:
                 self.preemptions.nominate(decision)
                 self.tasks.spawn(self.preemptions.evict(decision), name=f"preempt for {key[0]}/{key[1]}")
@@ -433,7 +433,7 @@ class Scheduler:
         try:
             await self.pipeline.run(plan)
         finally:
-            self.queue.bound(plan.key)
+            self.backoff.bound(plan.key)
             self.liveness.bound(plan.key)
             self.reporter.binding_done(plan.key)
             self.wake()
@@ -445,6 +445,6 @@ class Scheduler:
         def exists(key: Key) -> bool:
             return key in cache.pod_groups or key in cache.pods
 
-        self.queue.collect(exists)
+        self.backoff.collect(exists)
         self.reporter.collect(exists, lambda key: key in cache.pods)
         self.gangs.collect(lambda key: key in cache.pods)

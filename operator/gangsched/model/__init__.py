@@ -1,8 +1,11 @@
-"""Typed views of what gangsched reads: PodGroups (both APIs), Pods, Nodes, PriorityClasses.
+"""Typed views of what gangsched reads: PodGroups (both APIs), Pods, Nodes, PriorityClasses,
+PodDisruptionBudgets, the DRA objects (`model.dra`) and workload owners with the rules that
+make their automatic gangs (`model.owners`).
 
 Parsing and validation happen here, at the boundary (pydantic for the PodGroup spec, whose
 errors users must see verbatim); everything inside the engine works on the plain slotted
-dataclasses these modules produce. One module per kind; this package face re-exports them.
+dataclasses these modules produce. One module per kind; this package face re-exports the
+common ones.
 """
 
 from gangsched.model.common import (

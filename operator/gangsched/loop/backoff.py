@@ -1,6 +1,8 @@
-"""The scheduling queue: which groups may be decided now, and the backoff of those that failed.
+"""Backoff: which groups of the cycle's queue (`engine.queue.Queue`) may be decided now, and
+the backoff of those that failed, per group.
 
-As in kube-scheduler, the queue owns backoff. A group is decided when it is not binding,
+As in kube-scheduler, the scheduling queue owns backoff; here the queue itself is the
+engine's, built once per cycle, and this is its per-group state. A group is decided when it is not binding,
 its backoff has passed and the cluster changed since the snapshot it last failed on (or
 `resync_seconds` went by). Unschedulable groups retry `backoff_initial_seconds` after a
 change; with no change the backoff doubles up to `backoff_max_seconds`. Groups waiting for
@@ -19,11 +21,11 @@ from gangsched.model import Reason
 
 
 @dataclass(slots=True)
-class GroupState:
+class BackoffState:
     backoff: float = 0.0
     next_attempt: float = 0.0
-    # The cache generation of the snapshot the group last failed on (-1: it did not fail).
-    failed_generation: int = -1
+    # The cache's change count of the snapshot the group last failed on (-1: it did not fail).
+    failed_at: int = -1
     last_attempt: float = 0.0
     unschedulable_since: float | None = None
     binding: bool = False
@@ -31,20 +33,20 @@ class GroupState:
     behind_since: float | None = None
     # StrictFIFO: its last decision made it a queue head, blocking the groups behind it.
     blocking: bool = False
-    # What it waits for changed, other than the cluster (`SchedulingQueue.touch`).
+    # What it waits for changed, other than the cluster (`Backoff.touch`).
     touched: bool = False
 
 
-class SchedulingQueue:
+class Backoff:
     def __init__(self, *, config: SchedulerConfig, wake_later: Callable[[float], None]) -> None:
         self.config = config
         self._wake_later = wake_later
-        self._states: dict[Key, GroupState] = {}
+        self._states: dict[Key, BackoffState] = {}
 
-    def state(self, key: Key) -> GroupState:
+    def state(self, key: Key) -> BackoffState:
         state = self._states.get(key)
         if state is None:
-            state = self._states[key] = GroupState()
+            state = self._states[key] = BackoffState()
         return state
 
     def binding(self, key: Key) -> bool:
@@ -57,14 +59,14 @@ class SchedulingQueue:
         since = state.unschedulable_since if state is not None else None
         return since is not None and now - since >= self.config.reservation_after_seconds
 
-    def due(self, key: Key, now: float, generation: int) -> bool:
+    def due(self, key: Key, now: float, changes: int) -> bool:
         """Has the backoff passed, and is there a reason to try again (a change, or time)?"""
         state = self.state(key)
         if now < state.next_attempt:
             self._wake_later(state.next_attempt - now)
             return False
         # Not again while nothing changed since it last failed (but now and then anyway).
-        unchanged = state.failed_generation == generation
+        unchanged = state.failed_at == changes
         return not (unchanged and now - state.last_attempt < self.config.resync_seconds)
 
     def scheduled(self, key: Key) -> None:
@@ -73,7 +75,7 @@ class SchedulingQueue:
         state.backoff = 0.0
         state.next_attempt = 0.0
         state.unschedulable_since = None
-        state.failed_generation = -1
+        state.failed_at = -1
         state.binding = True
         state.blocking = False
 
@@ -86,31 +88,31 @@ class SchedulingQueue:
         decision already under way (it may have read what they waited for before)."""
         for key in keys:
             state = self.state(key)
-            state.failed_generation = -1
+            state.failed_at = -1
             state.next_attempt = 0.0
             state.touched = True
 
-    def unplaced(
+    def failed(
         self,
         key: Key,
         reason: Reason,
         now: float,
-        seen_generation: int,
+        seen_changes: int,
         *,
         preempting: bool = False,
         blocking: bool = False,
     ) -> None:
-        """The group was decided and not placed on the snapshot of `seen_generation`.
+        """The group was decided and not placed on the snapshot of `seen_changes`.
 
         `preempting`: it evicts (or has evicted) victims for a nominated domain: like a group
         waiting for objects it has no backoff, so it is placed on the first change after its
-        victims are gone (the generation check still keeps it from spinning). `blocking`: a
+        victims are gone (the change count still keeps it from spinning). `blocking`: a
         StrictFIFO head, which every group behind it waits for: no backoff either, so a round
         starts on the first change that lets it fit, not a backoff later."""
         state = self.state(key)
         config = self.config
-        changed = state.failed_generation not in (-1, seen_generation)
-        state.failed_generation = -1 if state.touched else seen_generation
+        changed = state.failed_at not in (-1, seen_changes)
+        state.failed_at = -1 if state.touched else seen_changes
         state.touched = False
         state.last_attempt = now
         state.blocking = blocking
