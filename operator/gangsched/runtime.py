@@ -8,9 +8,11 @@ Every kind of the table (`cluster.kinds.TABLE`) is watched through an informer
 after any outage) into `handlers.Intake`: the core kinds always, the others (PodGroups of both
 APIs, the DRA kinds, workload owners) where discovery finds them served, at startup and every
 `DISCOVERY_SECONDS` after for those not served yet (a CRD installed later is watched within
-seconds; one no longer served stops being watched). kopf hosts the process: its startup,
-probe and cleanup handlers are registered here, and it watches nothing (docs/architecture.md
-says why).
+seconds; one no longer served stops being watched). kopf hosts the process: its startup and
+cleanup handlers are registered here, and it watches nothing (docs/architecture.md says why).
+`/healthz` is ours (`_serve_health`): 200 with what the replica does, or 503 with why it
+cannot do its job, as JSON, asked afresh each time (kopf's probe endpoint cached answers for
+10 s and turned a failing probe into a 500 and a traceback in the log).
 
 Lifecycle: at startup the watches begin (a standby keeps its cache warm but never decides or
 writes); the main task waits for the Lease when leader election is on, then for every watch
@@ -340,6 +342,10 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
     async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         _configure(settings)
         op.synced = asyncio.Event()
+        if op.options.liveness_port:
+            runners.append(
+                await _serve_health(op, host=op.options.bind_address, port=op.options.liveness_port)
+            )
         await _discover(op, startup=True)
         _start_watches(op)
         op.tasks.insert(0, asyncio.get_running_loop().create_task(_main(op), name="gangsched main"))
@@ -362,22 +368,40 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
         except Exception:
             log.exception("error while stopping; exiting anyway")
 
-    @kopf.on.probe(id="scheduler", registry=registry)
-    async def probe(**_: Any) -> dict[str, Any]:
+    return registry
+
+
+async def _serve_health(op: Operator, *, host: str, port: int) -> web.AppRunner:
+    """GET /healthz: 200 and what the replica does, or 503 and why it cannot do its job
+    (`_problems`), both JSON; a failure is said once in the log where it starts."""
+    said: list[str] = []
+
+    async def healthz(_: web.Request) -> web.Response:
         problems = _problems(op)
         if problems:
-            raise kopf.PermanentError("; ".join(problems))
+            if problems != said:
+                log.error("/healthz fails: %s", "; ".join(problems))
+                said[:] = problems
+            return web.json_response({"healthy": False, "problems": problems}, status=503)
+        said.clear()
         scheduler = op.scheduler
         age = scheduler.clock() - scheduler.heartbeat
-        return {
+        status = {
             "leading": op.leading,
             "cycles": scheduler.cycles,
             "loop_age_seconds": round(age, 1) if op.leading else None,
             "pods": len(op.cache.pods),
             "watches": op.health.snapshot(),
+            "served": dict(op.cache.served),
         }
+        return web.json_response({"healthy": True, "scheduler": status})
 
-    return registry
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
 
 
 def _debug(op: Operator) -> dict[str, Any]:
@@ -477,14 +501,11 @@ def run(options: RunOptions) -> None:
     op = assemble(options)
     registry = build_registry(op)
     kopf.on.login(registry=registry)(_login(op.configuration))
-    host = options.bind_address
-    liveness = f"http://{host}:{options.liveness_port}/healthz" if options.liveness_port else None
     _set_kopf_identity(op.binder.instance)
     kopf.run(
         registry=registry,
         clusterwide=True,
         standalone=True,
-        liveness_endpoint=liveness,
     )
 
 

@@ -1232,7 +1232,7 @@ class OperatorProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def health(self) -> dict[str, object] | None:
-        """kopf's /healthz answer (its probe results are cached for up to 10 s)."""
+        """The operator's /healthz answer; None when it fails (503) or does not answer."""
         import json
         import urllib.request
 
@@ -1266,7 +1266,7 @@ class OperatorProcess:
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Ready when the cache is primed (the loop starts right after) and /healthz answers.
 
-        The log line, not /healthz, says when: kopf caches probe results for 10 s.
+        The log line says when the loop is about to start; /healthz that the replica serves it.
         """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -1300,21 +1300,28 @@ class OperatorProcess:
         return _tail(self.log, lines=lines)
 
 
+# What `make dev-cluster` makes without --nodes: the demo's 32 nodes of 8 GPUs, 2 zones x 2
+# blocks x 4 racks x 2 hosts, so the README's examples fit as they say.
+DEFAULT_NODES = "zones=2,blocks=2,racks=4,hosts=2,gpu=8,cpu=64,memory=512Gi"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a control plane in the foreground until Ctrl-C, for people and `make dev-cluster`."""
     parser = argparse.ArgumentParser(
         prog="python -m gangsched_testing.devcluster",
         description=f"A local kube-apiserver {K8S_VERSION}, etcd and kube-controller-manager, "
-        "with optional fake nodes.",
+        f"gangsched's PodGroup CRD and fake nodes (by default the demo's: {DEFAULT_NODES}).",
     )
     parser.add_argument(
         "--nodes",
         action="append",
         default=[],
         metavar="SPEC",
-        help="fake nodes to create, e.g. zones=2,blocks=2,racks=4,hosts=4,gpu=8 or count=3,cpu=16 "
-        "(repeatable; see gangsched_testing.fakenodes.parse_node_set)",
+        help="fake nodes to create instead of the default, e.g. zones=2,blocks=2,racks=4,hosts=4,gpu=8 "
+        "or count=3,cpu=16 (repeatable; see gangsched_testing.fakenodes.parse_node_set)",
     )
+    parser.add_argument("--no-nodes", action="store_true", help="create no fake node")
+    parser.add_argument("--no-crd", action="store_true", help="do not apply gangsched's PodGroup CRD (crds/)")
     parser.add_argument(
         "--no-agent",
         action="store_true",
@@ -1333,7 +1340,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    node_sets = [fakenodes.parse_node_set(text) for text in args.nodes]
+    node_specs = [] if args.no_nodes else (args.nodes or [DEFAULT_NODES])
+    node_sets = [fakenodes.parse_node_set(text) for text in node_specs]
 
     def on_sigterm(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -1350,6 +1358,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.kubeconfig.chmod(0o600)
                 kubeconfig = args.kubeconfig.resolve()
             api = stack.enter_context(cp.api_client())
+            if not args.no_crd:
+                apply_crd(api)
             names: list[str] = []
             for node_set in node_sets:
                 names += fakenodes.create_nodes(api=api, spec=node_set)
@@ -1363,8 +1373,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(
                     "# WorkloadWithJob on: Indexed Jobs with parallelism == completions get a native PodGroup"
                 )
+            if not args.no_crd:
+                print(f"# gangsched's PodGroup CRD applied ({CRD_PATH.name})")
             if names:
-                print(f"# {len(names)} fake nodes: {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}")
+                shown = f"{', '.join(names[:4])}{' ...' if len(names) > 4 else ''}"
+                print(f"# {len(names)} fake nodes ({', '.join(node_specs)}): {shown}")
+            else:
+                print("# no fake node (--no-nodes): pods wait until you add some")
             print(f"# logs: {cp.log_path}")
             print(f"export KUBECONFIG={kubeconfig}")
             print("# Ctrl-C stops the cluster and deletes its data", flush=True)

@@ -376,6 +376,20 @@ def test_explain_a_pod_being_formed_into_its_gang(monkeypatch: pytest.MonkeyPatc
     assert f"  reason: WaitingForGang: {forming}" in out.splitlines()
 
 
+def test_explain_names_what_stops_the_pod_group_from_being_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33.12: without gangsched's CRD no PodGroup can be made; explain says so, and how."""
+    job = b.job("fresh", 2, 2, indexed=True)
+    pods = [b.owned_pod(f"fresh-{i}", job, gpu=8) for i in range(2)]
+    install(monkeypatch, FakeApi(cluster(job, *pods), crd=False))
+    code, out, _ = explain("ml/job-fresh")
+    assert code == 1
+    why = (
+        f"forming its gang (PodGroup ml/job-fresh): gangsched's PodGroups ({OURS}) are not served: "
+        "install its CRD (kubectl apply -f crds/)"
+    )
+    assert out.splitlines()[-1] == f"  2 pods wait for it (ml/fresh-0, ml/fresh-1): WaitingForGang: {why}"
+
+
 def test_explain_a_member_pod_explains_its_pod_group(monkeypatch: pytest.MonkeyPatch) -> None:
     install(monkeypatch, FakeApi(cluster(*bound_job("train", 2, ["z0-b0-r0-h0", "z0-b0-r0-h1"]))))
     code, out, _ = explain("ml/train-1")
