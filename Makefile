@@ -13,16 +13,23 @@ export GANGSCHED_RAY_OPERATOR_BIN ?= $(HOME)/.cache/gangsched/ray-operator-$(RAY
 # pytest finds it through pyproject.toml; bench/ and hack/demo.py put it on sys.path.
 TESTING_PATH := PYTHONPATH=testing$${PYTHONPATH:+:$$PYTHONPATH}
 
-.PHONY: setup control-plane dra-oracle bare-binder kwok kueue ray-operator test test-kueue lint typecheck unit integration chaos dev-cluster demo demo-run bench bench-e2e clean
+.PHONY: setup venv dev-cluster-run control-plane test-tools dra-oracle bare-binder kwok kueue ray-operator test test-kueue lint typecheck unit integration chaos dev-cluster demo demo-run bench bench-e2e clean
 
-setup: ## create .venv with gangsched and its test tools, and build the control plane
+setup: venv ## create .venv with gangsched and its test tools, and build the control plane
+	$(MAKE) control-plane
+
+venv: # .venv with gangsched and its test tools
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[test]'
-	$(MAKE) control-plane
 
-control-plane: ## build kube-apiserver, kube-scheduler, kube-controller-manager, etcd, dra-oracle, bare-binder and kwok once into $(GANGSCHED_K8S_BIN), and KubeRay's ray-operator
+# What a newcomer's `make demo` and `make dev-cluster` need, no more (KWOK and KubeRay's
+# operator took 98 s + 127 s of a cold `make demo` when they were built here too).
+control-plane: ## build kube-apiserver, kube-scheduler, kube-controller-manager and etcd once into $(GANGSCHED_K8S_BIN)
 	bash hack/build-control-plane.sh
+
+# What `make test` needs besides the control plane: each built once, when missing.
+test-tools: ## the DRA oracle, the bare binder, KWOK and KubeRay's ray-operator, for the tests
 	bash hack/dra-oracle/build.sh
 	bash hack/bare-binder/build.sh
 	bash hack/build-kwok.sh
@@ -58,7 +65,7 @@ integration:
 	$(PY) -m pytest tests/integration -q
 
 # CHAOS_ARGS="--minutes 10 --seed 1"; the report is build/chaos.json (docs/reliability.md)
-chaos: control-plane ## the fault-injection suite, then a 10-minute randomized soak
+chaos: ensure-setup ## the fault-injection suite, then a 10-minute randomized soak
 	$(PY) -m pytest tests/chaos -q
 	@mkdir -p build
 	$(TESTING_PATH) $(PY) -m gangsched_testing.soak $(or $(CHAOS_ARGS),--minutes 10 --seed 1) --json build/chaos.json
@@ -84,17 +91,23 @@ test-kueue: ## Kueue in front of gangsched: its quota admits one of two GPU Jobs
 	@$(MAKE) --no-print-directory kueue
 	$(PY) -m pytest -q tests/integration/kueue $(KUEUE_PYTEST_ARGS)
 
-ensure-setup: # .venv and the control plane, whichever is missing
+ensure-setup: # .venv, the control plane and the test tools, whichever is missing
 	@if $(TESTING_PATH) $(PY) -c 'import gangsched.runtime, gangsched_testing.devcluster, kopf, pytest, mypy, ruff' 2>/dev/null; \
 	then $(MAKE) --no-print-directory control-plane; \
 	else echo "make: first use, no $(VENV) with gangsched's test tools: make setup"; $(MAKE) --no-print-directory setup; fi
+	@$(MAKE) --no-print-directory test-tools
 
-dev-cluster: ## a local control plane in the foreground, for people (DEV_CLUSTER_ARGS="--nodes count=4,gpu=8 --workload-with-job")
+dev-cluster: ## a local control plane with the CRD and 32 GPU nodes, in the foreground (DEV_CLUSTER_ARGS="--nodes count=4,gpu=8 --workload-with-job")
+	@$(TESTING_PATH) $(PY) -c 'import gangsched_testing.devcluster, kopf' 2>/dev/null || $(MAKE) --no-print-directory venv
+	@$(MAKE) --no-print-directory control-plane
+	@$(MAKE) --no-print-directory dev-cluster-run
+
+dev-cluster-run: # re-read PY: `make venv` may just have created .venv
 	$(TESTING_PATH) $(PY) -m gangsched_testing.devcluster $(DEV_CLUSTER_ARGS)
 
 demo: ## the story in under a minute: control plane, 32 GPU nodes, gangsched, four gangs, then a DRA gang, live view
-	@$(TESTING_PATH) $(PY) -c 'import gangsched_testing.devcluster, kopf' 2>/dev/null || $(MAKE) --no-print-directory setup
-	bash hack/build-control-plane.sh
+	@$(TESTING_PATH) $(PY) -c 'import gangsched_testing.devcluster, kopf' 2>/dev/null || $(MAKE) --no-print-directory venv
+	@$(MAKE) --no-print-directory control-plane
 	@$(MAKE) --no-print-directory demo-run
 
 demo-run: # re-read PY: `make setup` may just have created .venv
@@ -123,7 +136,7 @@ bench:
 
 # BENCH_E2E_ARGS="--nodes 100" (or 5000, --repeat 3, --profile DIR, --workload dra or preemption,
 # --contestants gangsched,native,bare, --kubelet kwok, --help); results in build/bench-e2e
-bench-e2e: control-plane ## gangsched vs kube-scheduler v1.36.3 on one control plane, 1,000 GPU nodes (docs/benchmarks.md)
+bench-e2e: control-plane bare-binder kwok ## gangsched vs kube-scheduler v1.36.3 on one control plane, 1,000 GPU nodes (docs/benchmarks.md)
 	@$(PY) -c 'import matplotlib' 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.e2e $(BENCH_E2E_ARGS)
 
