@@ -13,7 +13,7 @@ export GANGSCHED_RAY_OPERATOR_BIN ?= $(HOME)/.cache/gangsched/ray-operator-$(RAY
 # pytest finds it through pyproject.toml; bench/ and hack/demo.py put it on sys.path.
 TESTING_PATH := PYTHONPATH=testing$${PYTHONPATH:+:$$PYTHONPATH}
 
-.PHONY: setup venv dev-cluster-run control-plane test-tools dra-oracle bare-binder kwok kueue ray-operator test test-kueue lint typecheck unit integration chaos dev-cluster demo demo-run bench bench-e2e clean
+.PHONY: setup venv test-random dev-cluster-run control-plane test-tools dra-oracle bare-binder kwok kueue ray-operator test test-kueue lint typecheck unit integration chaos dev-cluster demo demo-run bench bench-e2e clean
 
 setup: venv ## create .venv with gangsched and its test tools, and build the control plane
 	$(MAKE) control-plane
@@ -69,6 +69,16 @@ chaos: ensure-setup ## the fault-injection suite, then a 10-minute randomized so
 	$(PY) -m pytest tests/chaos -q
 	@mkdir -p build
 	$(TESTING_PATH) $(PY) -m gangsched_testing.soak $(or $(CHAOS_ARGS),--minutes 10 --seed 1) --json build/chaos.json
+
+# CI is deterministic (every property test derandomized); this one keeps searching: the
+# unit tests with a random seed and EXAMPLES_FACTOR (5) times the examples, then a chaos soak
+# of SOAK_MINUTES (5) with a random seed. Run it before each stop; what it finds becomes an
+# @example of the property test (or a fixed --seed of the soak) that CI runs from then on.
+test-random: ensure-setup ## property tests with a random seed and more examples, then a chaos soak with a random seed
+	GANGSCHED_HYPOTHESIS_PROFILE=random GANGSCHED_EXAMPLES_FACTOR=$(or $(EXAMPLES_FACTOR),5) $(PY) -m pytest -q tests/unit
+	@mkdir -p build
+	seed=$$RANDOM; echo "chaos soak seed $$seed"; \
+	$(TESTING_PATH) $(PY) -m gangsched_testing.soak --minutes $(or $(SOAK_MINUTES),5) --seed $$seed --json build/chaos-random.json
 
 # `make test` sets the project up on first use, as `make demo` does: `make setup` when $(PY) cannot
 # import the test tools (a fresh clone), else `make control-plane` (a no-op once built). The

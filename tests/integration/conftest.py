@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gangsched_testing import ci, devcluster, fakedra, fakenodes, ownercrds
+from gangsched_testing import ci, devcluster, failurelogs, fakedra, fakenodes, ownercrds
 from gangsched_testing.kube import Operator, ensure_crd, start_operator
 
 _HERE = Path(__file__).parent
@@ -41,6 +41,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     except devcluster.BinariesNotFoundError:
         for item in mine:
             item.add_marker(pytest.mark.skip(reason=_HOW_TO_GET_BINARIES))
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call" and report.failed:
+        item.stash[_FAILED] = True
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _logs_of_a_failure(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[None]:
+    """A failed test's control plane and operator logs, kept in build/test-logs/ (the next
+    failure can be read, not only guessed at: issue 33.10)."""
+    plane = request.getfixturevalue("control_plane") if "control_plane" in request.fixturenames else None
+    since = failurelogs.offsets(plane) if plane is not None else {}
+    yield
+    if request.node.stash.get(_FAILED, False):
+        kept = failurelogs.keep(request.node.nodeid, plane, since, tmp_path)
+        print(f"logs of the failure kept in {kept}")
 
 
 @pytest.fixture(scope="session")

@@ -119,6 +119,7 @@ from gangsched.model.dra import (
 from gangsched.model.node import Node, parse_node
 from gangsched.quantity import parse_nano
 from gangsched_testing import ci
+from gangsched_testing.properties import examples
 
 Json = dict[str, Any]
 
@@ -979,9 +980,7 @@ def allocation_problems(draw: st.DrawFn, *, in_motion: bool = False) -> Json:
 
 
 @settings(
-    max_examples=400,
-    derandomize=True,
-    database=None,
+    max_examples=examples(400),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -1000,9 +999,7 @@ def test_generated_allocations_match_upstream(oracle_process: Oracle | None, pro
 
 
 @settings(
-    max_examples=400,
-    derandomize=True,
-    database=None,
+    max_examples=examples(400),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
@@ -1311,7 +1308,7 @@ def test_stale_bind_after_short_circuit_is_known(oracle_process: Oracle | None) 
     assert answer["results"] == [[{"match": True}]] * 2
 
 
-@settings(max_examples=300, derandomize=True, database=None, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     expressions=st.lists(_cel_expression(), min_size=1, max_size=3),
     devices=st.lists(_cel_device(), min_size=1, max_size=4),

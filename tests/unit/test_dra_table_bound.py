@@ -41,6 +41,7 @@ from gangsched.model import Node
 from gangsched.model.dra import parse_device_class, parse_resource_claim, parse_resource_slice
 from gangsched.model.node import parse_node
 from gangsched_testing import dra
+from gangsched_testing.properties import examples
 
 Json = dict[str, Any]
 NAMESPACE = "ml"  # the pods' (gangsched_testing.builders)
@@ -116,20 +117,18 @@ def check(problem: Json, other_labelled: bool) -> None:
 
 
 _SETTINGS: Mapping[str, Any] = {
-    "derandomize": True,
-    "database": None,
     "deadline": None,
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
 }
 
 
-@settings(max_examples=300, **_SETTINGS)
+@settings(max_examples=examples(300), **_SETTINGS)
 @given(problem=allocation_problems(in_motion=True), other_labelled=st.booleans())
 def test_table_bounds_the_allocator_for_pools_in_motion(problem: Json, other_labelled: bool) -> None:
     check(problem, other_labelled)
 
 
-@settings(max_examples=200, **_SETTINGS)
+@settings(max_examples=examples(200), **_SETTINGS)
 @given(problem=allocation_problems(), other_labelled=st.booleans())
 def test_table_bounds_the_allocator(problem: Json, other_labelled: bool) -> None:
     check(problem, other_labelled)

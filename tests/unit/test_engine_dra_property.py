@@ -43,6 +43,7 @@ from gangsched.engine.types import PodDevice
 from gangsched.model import Node, Pod, PodGroup
 from gangsched_testing import dra
 from gangsched_testing.builders import node, pod_group
+from gangsched_testing.properties import examples
 
 NS = "ml"
 DRIVER = dra.GPU_DRIVER
@@ -574,9 +575,7 @@ def run(case: Case) -> None:
     check(case, result)
 
 
-PROPERTY = settings(
-    max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
-)
+PROPERTY = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROPERTY

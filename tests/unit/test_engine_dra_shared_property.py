@@ -36,6 +36,7 @@ from gangsched.engine import CycleResult, GroupDecision, schedule_cycle
 from gangsched.model import Node, Pod, PodGroup
 from gangsched_testing import dra
 from gangsched_testing.builders import RACK, node, pod_group
+from gangsched_testing.properties import examples
 
 NS = "ml"
 FABRIC = "fabric.example.com"
@@ -215,7 +216,7 @@ def run(case: Case) -> CycleResult:
     return result
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_shared_and_podgroup_claims_against_brute_force(case: Case) -> None:
     run(case)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from gangsched.engine import schedule_cycle
 from gangsched.model import Node, Pod, PodGroup
 from gangsched_testing.builders import GPU, RACK, ZONE, node, pod, pod_group
+from gangsched_testing.properties import examples
 
 TAINT = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
 TOLERATE = {"tolerations": [{"key": "dedicated", "operator": "Exists"}]}
@@ -168,7 +169,7 @@ def domains(case: Case, key: str | None) -> list[list[Node]]:
 # --------------------------------------------------------------------------- the properties
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_engine_agrees_with_brute_force(case: Case) -> None:
     result = schedule_cycle(

@@ -21,6 +21,7 @@ from gangsched.engine.queue import build_queue
 from gangsched.model import parse_pod
 from gangsched.model.pod import with_status
 from gangsched_testing.builders import node_manifest, pod_group_manifest, pod_manifest
+from gangsched_testing.properties import examples
 
 NODES = ["n0", "n1", "n2", "n3"]
 SCHEDULER = "gangsched"
@@ -134,7 +135,7 @@ _ops = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_ops, max_size=40))
 def test_the_kept_snapshot_is_the_one_built_from_scratch(ops: list[tuple[Any, ...]]) -> None:
     world = World()
@@ -349,7 +350,7 @@ def test_a_status_only_event_is_not_parsed_and_reads_as_a_parse_would() -> None:
         object.__setattr__(POD, "parse", original)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     phase=st.sampled_from([None, "Pending", "Running", "Succeeded", "Failed"]),
     reason=st.sampled_from([None, "Unschedulable", "SchedulingGated"]),

@@ -26,6 +26,7 @@ from gangsched.engine.preemption import victim_units
 from gangsched.engine.types import Unit
 from gangsched.model import Node, Pod, PodGroup
 from gangsched_testing.builders import RACK, pod, pod_group, topology_nodes
+from gangsched_testing.properties import examples
 
 HI = 100
 
@@ -85,10 +86,8 @@ def brute_force(nodes: list[Node], pods: list[Pod], groups: list[PodGroup], unit
 
 
 @settings(
-    max_examples=200,
+    max_examples=examples(200),
     deadline=None,
-    derandomize=True,
-    database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(clusters())

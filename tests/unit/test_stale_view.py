@@ -205,3 +205,28 @@ def test_only_what_can_change_a_decision_wakes_a_cycle() -> None:
         assert scheduler.wakes == woken + 1
 
     asyncio.run(scenario())
+
+
+def test_a_native_group_s_claim_named_in_its_status_is_a_change() -> None:
+    """The flaky test of issue 33.10: a native PodGroup waits for the claim the resourceclaim
+    controller makes from its template; the claim came first, the PodGroup's status naming it
+    after, and that status was no change (only the spec counted), so the gang waited for the
+    60 s resync. Now the claims a native group names are part of what a decision reads."""
+    from gangsched.cluster.kinds import NATIVE_POD_GROUP
+    from gangsched_testing.builders import native_pod_group_manifest
+
+    cache = ClusterCache()
+    entry = {"name": "net", "resourceClaimTemplateName": "channel"}
+    body = native_pod_group_manifest("ring", 2, resource_claims=[entry], uid="pg", resource_version="5")
+    cache.apply(NATIVE_POD_GROUP.name, "ADDED", body)
+    before = cache.changes
+    named = {
+        **body,
+        "status": {"resourceClaimStatuses": [{"name": "net", "resourceClaimName": "ring-net-x"}]},
+    }
+    named["metadata"] = {**body["metadata"], "resourceVersion": "6"}
+    assert cache.apply(NATIVE_POD_GROUP.name, "MODIFIED", named)
+    assert cache.changes > before
+    echo = {**named, "metadata": {**named["metadata"], "resourceVersion": "7"}}
+    echo["status"] = {**named["status"], "conditions": [{"type": "PodGroupScheduled", "status": "False"}]}
+    assert not cache.apply(NATIVE_POD_GROUP.name, "MODIFIED", echo)  # our own condition: no change

@@ -29,6 +29,7 @@ from gangsched.handlers import Intake
 from gangsched.loop import Faults
 from gangsched.model import ModelError, PriorityClasses, parse_node, parse_pod
 from gangsched.session import ApiError
+from gangsched_testing.properties import examples
 
 # ---------------------------------------------------------------------------- bodies
 
@@ -463,7 +464,7 @@ def _set(body: Any, path: Path, value: Any) -> None:
         body[last] = value
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(range(len(_POD_PATHS))), _json), min_size=1, max_size=3))
 def test_a_malformed_pod_fails_or_parses_as_it_did_with_json(changes: list[tuple[int, Any]]) -> None:
     body = rich_pod()
@@ -481,7 +482,7 @@ def test_a_malformed_pod_fails_or_parses_as_it_did_with_json(changes: list[tuple
     assert _outcome(parse, projected) == _outcome(parse, whole)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(range(len(_NODE_PATHS))), _json), min_size=1, max_size=3))
 def test_a_malformed_node_fails_or_parses_as_it_did_with_json(changes: list[tuple[int, Any]]) -> None:
     body = rich_node()

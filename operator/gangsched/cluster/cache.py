@@ -50,6 +50,7 @@ from gangsched.cluster.kinds import (
     POD_GROUP_KINDS,
     PRIORITY_CLASS,
     RESOURCE_CLAIM,
+    pod_group_view,
 )
 from gangsched.cluster.snapshots import NodeInfos
 from gangsched.cluster.store import Body, ByName, Change, Kind, Role, Store, key_of
@@ -339,11 +340,7 @@ class ClusterCache:
                 key, self.store.get(POD_GROUP, key), self.store.get(POD_GROUP_KINDS[PodGroupApi.NATIVE], key)
             )
             new = self._names.scheduled.get(key)
-            same = (
-                old is not None
-                and new is not None
-                and (old.api, old.uid, old.generation) == (new.api, new.uid, new.generation)
-            )
+            same = old is not None and new is not None and pod_group_view(old) == pod_group_view(new)
             moved = moved or not same
             if old is not None and (new is None or (old.api, old.uid) != (new.api, new.uid)):
                 self.writes.drop(key)  # the writes of a group that is no longer the one

@@ -112,9 +112,13 @@ def _pod_digest(body: Body) -> int | None:
     return hash(encoded)
 
 
-def _pod_group_view(group: PodGroup) -> object:
-    # Our own status writes come back with the same generation: not a change to react to.
-    return (group.uid, group.generation)
+def pod_group_view(group: PodGroup) -> object:
+    """What of a PodGroup a decision reads: its spec (its generation: our own status writes
+    come back with the same one, not a change to react to) and, for a native group, the
+    claims the resourceclaim controller made for its template entries (written to its status:
+    a group that waited for them is decided again the moment they are named, not a resync
+    later)."""
+    return (group.api, group.uid, group.generation, tuple(sorted(group.claim_statuses.items(), key=str)))
 
 
 _POD_GROUP_META = (
@@ -207,7 +211,7 @@ POD_GROUP: Kind[PodGroup] = Kind(
     verbs=("list", "watch", "create", "delete"),
     subresources=(("status", ("patch",)),),
     when="once its CRD is installed (crds/)",
-    view=_pod_group_view,
+    view=pod_group_view,
     keep_body=_pod_group_body,
 )
 NATIVE_POD_GROUP: Kind[PodGroup] = Kind(
@@ -223,7 +227,7 @@ NATIVE_POD_GROUP: Kind[PodGroup] = Kind(
     verbs=("get", "list", "watch"),
     subresources=(("status", ("patch",)),),
     when=_NATIVE_WHEN,
-    view=_pod_group_view,
+    view=pod_group_view,
     keep_body=_pod_group_body,
 )
 BUDGET: Kind[DisruptionBudget] = Kind(
