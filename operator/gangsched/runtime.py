@@ -37,7 +37,7 @@ from typing import Any
 
 import kopf
 from aiohttp import web
-from kubernetes import client, config
+from kubernetes import client
 
 from gangsched import __version__
 from gangsched.binder import Binder
@@ -51,7 +51,7 @@ from gangsched.handlers import Intake
 from gangsched.leader import LeaderElector, LeaseConfig, default_identity
 from gangsched.loop import Scheduler, SchedulerConfig
 from gangsched.metrics import Metrics, serve
-from gangsched.session import ApiSession, bearer_token
+from gangsched.session import ApiSession, bearer_token, load_configuration
 from gangsched.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -75,19 +75,6 @@ class RunOptions:
     lease: LeaseConfig | None = None
     # A watch down longer than this makes the liveness probe fail.
     watch_budget_seconds: float = 60.0
-
-
-def load_configuration(*, kubeconfig: str | None) -> client.Configuration:
-    """Where the apiserver is and who we are: in-cluster (service-account token) when running
-    in a pod, else the kubeconfig. Every `session.ApiSession` of the operator uses it."""
-    configuration = client.Configuration()
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    else:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, client_configuration=configuration
-        )
-    return configuration
 
 
 @dataclass(slots=True)

@@ -26,16 +26,19 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import os
 import ssl
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, NamedTuple, TypeVar
 from urllib.parse import quote, urlencode
 
 import aiohttp
-from kubernetes import client
+from kubernetes import client, config
+from kubernetes.config.config_exception import ConfigException
 from yarl import URL
 
 T = TypeVar("T")
@@ -131,6 +134,32 @@ def bearer_token(configuration: client.Configuration) -> str | None:
     if not token:
         return None
     return str(token[7:] if token.lower().startswith("bearer ") else token) or None
+
+
+class ConfigError(Exception):
+    """The credentials cannot be loaded; the message is one line for a person."""
+
+
+def load_configuration(*, kubeconfig: str | None = None, context: str | None = None) -> client.Configuration:
+    """Where the apiserver is and who we are, as kubectl finds it: `kubeconfig`, else
+    $KUBECONFIG (a list of files, merged), else in-cluster (a pod's ServiceAccount) when no
+    context is asked for, else ~/.kube/config; `context` picks a context of the kubeconfig
+    (default: its current). The operator and the look-only commands alike load it here."""
+    configuration = client.Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG") or None
+    try:
+        if path is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            path = path or str(Path.home() / ".kube" / "config")
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path, context=context, client_configuration=configuration, persist_config=False
+            )
+    except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+        where = f"kubeconfig {path}" if path else "the in-cluster configuration"
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ConfigError(f"cannot load {where}: {reason}") from None
+    return configuration
 
 
 class ApiSession:

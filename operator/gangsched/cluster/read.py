@@ -26,15 +26,12 @@ read is a `ClusterError` with a one-line message.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
-from kubernetes import client, config
-from kubernetes.config.config_exception import ConfigException
+from kubernetes import client
 
 from gangsched import __version__, model
 from gangsched.cluster.cache import ClusterCache
@@ -52,10 +49,12 @@ from gangsched.model.pod import pod_group_of
 from gangsched.session import (
     ApiError,
     ApiSession,
+    ConfigError,
     Get,
     Listing,
     SessionThread,
     list_all,
+    load_configuration,
 )
 
 T = TypeVar("T")
@@ -105,19 +104,10 @@ def connect(*, kubeconfig: str | None = None, context: str | None = None) -> Clu
     """The cluster as kubectl would find it: `kubeconfig`, else $KUBECONFIG (a list of files,
     merged), else in-cluster (a pod's ServiceAccount) when no context is asked for, else
     ~/.kube/config; `context` picks a context of the kubeconfig (default: its current)."""
-    configuration = client.Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG") or None
     try:
-        if path is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            path = path or str(Path.home() / ".kube" / "config")
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=path, context=context, client_configuration=configuration, persist_config=False
-            )
-    except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
-        where = f"kubeconfig {path}" if path else "the in-cluster configuration"
-        raise ClusterError(f"cannot load {where}: {_one_line(str(exc)) or type(exc).__name__}") from None
+        configuration = load_configuration(kubeconfig=kubeconfig, context=context)
+    except ConfigError as exc:
+        raise ClusterError(str(exc)) from None
     return Cluster(configuration, user_agent=f"gangsched-cli/{__version__}")
 
 
