@@ -12,7 +12,21 @@ tasks     named, guarded background tasks
 scheduler the cycle that ties them together
 """
 
+from typing import TYPE_CHECKING, Any
+
 from gangsched.loop.config import Faults, SchedulerConfig
-from gangsched.loop.scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from gangsched.loop.scheduler import Scheduler
 
 __all__ = ["Faults", "Scheduler", "SchedulerConfig"]
+
+
+def __getattr__(name: str) -> Any:
+    """`Scheduler` is imported when first asked for: `loop.formation` is pure and read by
+    `simulate` and `explain`, which need none of the loop's machinery."""
+    if name == "Scheduler":
+        from gangsched.loop.scheduler import Scheduler
+
+        return Scheduler
+    raise AttributeError(name)
