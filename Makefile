@@ -52,8 +52,8 @@ ray-operator: ## KubeRay's ray-operator $(RAY_OPERATOR_VERSION) into $(GANGSCHED
 	bash hack/build-ray-operator.sh
 
 lint:
-	$(PY) -m ruff check operator testing tests bench hack
-	$(PY) -m ruff format --check operator testing tests bench hack
+	$(PY) -m ruff check --no-cache operator testing tests bench hack
+	$(PY) -m ruff format --no-cache --check operator testing tests bench hack
 
 typecheck:
 	$(PY) -m mypy

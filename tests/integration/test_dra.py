@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
-from conftest import FakeDra
 from kubernetes import client
 from operator_support import (
     Operator,
@@ -26,6 +25,7 @@ from operator_support import (
     wait_until,
 )
 
+from conftest import FakeDra
 from gangsched.quantity import parse_nano
 from gangsched_testing import devcluster, dra, fakedra, fakenodes
 from gangsched_testing.builders import pod_group_manifest, pod_manifest

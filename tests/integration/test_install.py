@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import FakeDra
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_support import (
@@ -37,6 +36,7 @@ from operator_support import (
     wait_until,
 )
 
+from conftest import FakeDra
 from gangsched.model import GROUP, PLURAL, VERSION
 from gangsched_testing import devcluster, dra, fakedra, fakenodes, owners
 from gangsched_testing.builders import gang_manifests, pod_group_manifest, pod_manifest

@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
-from conftest import FakeDra
 from kubernetes import client
 from operator_support import (
     Operator,
@@ -23,6 +22,7 @@ from operator_support import (
     wait_until,
 )
 
+from conftest import FakeDra
 from gangsched_testing import devcluster, dra, fakedra, fakenodes
 from gangsched_testing.builders import (
     gang_manifests,
